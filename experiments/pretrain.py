@@ -1,0 +1,78 @@
+"""Pretrain the convolutional auto-encoder of one dataset and save it as .h5.
+
+    python experiments/pretrain.py --dataset orl            # writes pretrained/orl.h5
+
+Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal start. Stops when the relative
+reconstruction error has not improved by --min-delta for --patience steps, or after
+--max-steps; keeps the best weights. Defaults per dataset are in mesc_tf/config.py.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+
+from mesc_tf import cli  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_dataset_arg(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the initialisation (default 0)")
+    p.add_argument("--lr", type=float, help="Adam learning rate")
+    p.add_argument("--max-steps", type=int, help="upper bound on full-batch steps")
+    p.add_argument("--patience", type=int, help="steps without improvement before stopping")
+    p.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
+    p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="save the training state every N steps (for --resume)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted pretraining")
+    p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard logs to DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mesc_tf import data, pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import configure_runtime
+    from mesc_tf.weights import save_autoencoder
+
+    cfg = get_config(args.dataset)
+    schedule = cfg.pretrain.replace(lr=args.lr, max_steps=args.max_steps,
+                                    patience=args.patience, min_delta=args.min_delta)
+    out = Path(args.out) if args.out else pipeline.pretrained_path(args.dataset)
+    if out.exists() and not args.force:
+        raise MescError(f"{out} exists; pass --force to replace it or --out to write elsewhere")
+    backup = out.with_name(out.stem + ".checkpoint") if (args.checkpoint_every or args.resume) else None
+    if args.resume and not (backup / "state.json").exists():
+        raise MescError(f"nothing to resume at {backup}; start with --checkpoint-every N")
+    ds = data.load_dataset(args.dataset, args.data_dir)
+    configure_runtime(args.seed)
+    print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
+          f"{schedule}")
+    start = time.perf_counter()
+    ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, verbose=0 if args.quiet else 1,
+                                 log_dir=args.tensorboard, backup_dir=backup,
+                                 checkpoint_every=args.checkpoint_every)
+    meta = {
+        "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
+        "n_samples": len(ds.x), "seed": args.seed, "lr": schedule.lr,
+        "max_steps": schedule.max_steps, "patience": schedule.patience,
+        "min_delta": schedule.min_delta, "steps": info["steps"], "best_step": info["best_step"],
+        "relative_error": info["relative_error"], "seconds": time.perf_counter() - start,
+        "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
+        "versions": cli.versions(),
+    }
+    save_autoencoder(ae, out, meta)
+    print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
+          f"{info['relative_error']:.5f}; wrote {out}")
+    return meta
+
+
+if __name__ == "__main__":
+    cli.main_guard(main)

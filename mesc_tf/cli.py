@@ -1,0 +1,163 @@
+"""Shared pieces of the command-line scripts in ``experiments/``.
+
+Bad input ends in one line on stderr (``error: what, where, what to do``) and exit status 2,
+never a traceback; a run that was started and fails leaves nothing half-written.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS
+from mesc_tf.errors import MescError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors (argparse prints the usage block first)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+
+def add_settings_args(p):
+    """Options that override a dataset's settings (config.Settings); None keeps the config."""
+    p.add_argument("--framework", choices=FRAMEWORKS, help="decoupled (MESC) or coupled (DSC-Net)")
+    p.add_argument("--regularizer", choices=REGULARIZERS, help="regulariser on C")
+    p.add_argument("--reg1", type=float, help="weight of the regulariser (code constant)")
+    p.add_argument("--reg2", type=float, help="weight of ½Σ(Z−CZ)² (code constant)")
+    p.add_argument("--lr", type=float, help="Adam learning rate")
+    p.add_argument("--epochs", type=int, help="full-batch fine-tuning steps")
+    p.add_argument("--coef-init", type=float, help="initial value of every entry of C")
+    p.add_argument("--thr", type=float, help="thrC ratio ρ")
+    p.add_argument("--subspace-dim", type=int, help="post_proC d (SVD rank d·K+1)")
+    p.add_argument("--power", type=float, help="post_proC exponent")
+    p.add_argument("--variant", choices=VARIANTS, help="post_proC pre-treatment of C")
+
+
+def settings_from_args(base, args):
+    return base.replace(framework=args.framework, regularizer=args.regularizer, reg1=args.reg1,
+                        reg2=args.reg2, lr=args.lr, epochs=args.epochs,
+                        coef_init=args.coef_init, thr=args.thr,
+                        subspace_dim=args.subspace_dim, power=args.power, variant=args.variant)
+
+
+def add_dataset_arg(p):
+    p.add_argument("--dataset", required=True, type=str.lower, choices=list(DATASETS),
+                   help="benchmark dataset")
+    p.add_argument("--data-dir", help="folder holding the dataset files "
+                   "(default: $MESC_DATA_DIR, then ./data)")
+
+
+def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="results.json"):
+    """Create (or reuse, with --resume/--force) a run directory, checking it is writable.
+
+    A directory that already holds ``marker`` is refused unless ``force`` or ``resume``.
+    Returns (path, created) so that a failed run can remove a directory it created.
+    """
+    if out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("runs") / f"{default_name}-{stamp}"
+    out = Path(out)
+    if (out / marker).exists() and not (force or resume):
+        raise MescError(f"{out} already holds a finished run ({marker}); choose another --out, "
+                        "or pass --force to overwrite it")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise MescError(f"output directory {out} is not writable ({e.strerror}); "
+                        "pass a writable --out DIR") from None
+    return out, created
+
+
+def write_json(path, obj):
+    """Write JSON atomically (temporary file + rename)."""
+    from mesc_tf.training import atomic_write_text
+
+    atomic_write_text(path, json.dumps(obj, indent=2, default=_default) + "\n")
+
+
+def save_npy(path, array):
+    """Save a float32 .npy atomically."""
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.asarray(array, np.float32))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _default(o):
+    import numpy as np
+
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def versions():
+    import h5py
+    import keras
+    import numpy
+    import scipy
+    import sklearn
+    import tensorflow
+
+    return {"python": sys.version.split()[0], "tensorflow": tensorflow.__version__,
+            "keras": keras.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
+            "sklearn": sklearn.__version__, "h5py": h5py.__version__}
+
+
+def main_guard(main, cleanup=None):
+    """Run ``main()``; turn user errors into one line and exit status 2.
+
+    ``cleanup`` (a list of paths filled in by main) is removed when main fails, so that a
+    failed run leaves nothing half-written behind.
+    """
+    cleanup = cleanup if cleanup is not None else []
+    try:
+        return main()
+    except (MescError, OSError) as e:
+        message = str(e) if isinstance(e, MescError) else f"{e.strerror}: {e.filename}"
+        _remove(cleanup)
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _remove(cleanup)
+        sys.stderr.write("error: interrupted; finished checkpoints (if any) are kept, rerun "
+                         "with --resume to continue\n")
+        sys.exit(130)
+    except Exception as e:  # an out-of-memory error from TF, for one
+        if type(e).__name__ == "ResourceExhaustedError":
+            _remove(cleanup)
+            sys.stderr.write("error: out of memory while training; use a smaller problem or a "
+                             "machine with more memory\n")
+            sys.exit(2)
+        raise
+
+
+def _remove(paths):
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists():
+            p.unlink()

@@ -1,0 +1,369 @@
+"""Benchmark datasets: one small loader per dataset, plus the input checks the estimator reuses.
+
+Every file name, variable, reshape order, pixel scale and label rule below follows
+reference-facts §1.1 and pitfalls 1 and 9 of §4 (which orientation and scale the pretrained
+auto-encoders expect). Images come back as float32 ``(n, h, w, 1)`` in the pixel scale fed to
+the network, and labels as int64 ``1..K`` (``gnd - min + 1``, as the reference scripts do).
+
+The data folder is, in order of precedence: the ``data_dir`` argument (CLI ``--data-dir``),
+the ``MESC_DATA_DIR`` environment variable, then ``data/`` in the current directory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from mesc_tf.config import get_config
+from mesc_tf.errors import MescError
+
+ENV_VAR = "MESC_DATA_DIR"
+DEFAULT_DATA_DIR = "data"
+_HOW_TO_GET = (
+    f"put the benchmark files there (see the README, 'Data') or point to them with "
+    f"--data-dir DIR or {ENV_VAR}=DIR"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A loaded benchmark: images ``x`` float32 (n, h, w, 1), labels ``y`` int64 in 1..K."""
+
+    name: str
+    x: np.ndarray = field(repr=False)
+    y: np.ndarray = field(repr=False)
+    n_clusters: int
+    source: tuple[Path, ...]  # the file(s) read
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.x.shape[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the data lives
+
+
+def _choose_data_dir(data_dir=None) -> tuple[Path, str]:
+    """The data folder and a few words on how it was chosen (for error messages)."""
+    if data_dir is not None and str(data_dir) != "":
+        path, how = Path(data_dir), "given by --data-dir"
+    elif os.environ.get(ENV_VAR):
+        path, how = Path(os.environ[ENV_VAR]), f"from {ENV_VAR}"
+    else:
+        path, how = Path(DEFAULT_DATA_DIR), "the default data/ in the current directory"
+    return path.expanduser().absolute(), how
+
+
+def find_data_dir(data_dir=None) -> Path:
+    """The data folder: ``data_dir`` (``--data-dir``), else ``$MESC_DATA_DIR``, else ``./data``."""
+    return _choose_data_dir(data_dir)[0]
+
+
+@dataclass(frozen=True)
+class _Root:
+    path: Path
+    how: str
+
+    def find(self, dataset: str, *names: str) -> Path:
+        """The first of ``names`` (relative to the data folder) that is a file."""
+        for name in names:
+            if (self.path / name).is_file():
+                return self.path / name
+        looked = " or ".join(str(self.path / n) for n in names)
+        gone = ", which does not exist" if not self.path.is_dir() else ""
+        raise MescError(
+            f"{dataset} data file not found: looked for {looked} (data folder {self.how}{gone}); "
+            f"{_HOW_TO_GET}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared readers and checks
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _read_mat(path: Path) -> dict[str, np.ndarray]:
+    """All variables of a .mat file, MATLAB v5 (scipy) or v7.3 (HDF5, via h5py)."""
+    import h5py
+    import scipy.io
+
+    try:
+        if h5py.is_hdf5(path):
+            # v7.3 writes MATLAB's column-major arrays with the axes reversed: .T restores the
+            # MATLAB shape, so fea is (n, pixels) and Y is (2016, 64, 38) in both layouts.
+            with h5py.File(path, "r") as f:
+                return {k: np.asarray(v[()]).T for k, v in f.items() if isinstance(v, h5py.Dataset)}
+        return {k: v for k, v in scipy.io.loadmat(str(path)).items() if not k.startswith("__")}
+    except Exception as e:  # scipy and h5py raise many types (ValueError, OSError, zlib, ...)
+        raise MescError(
+            f"cannot read {path} ({_one_line(e)}); the file is corrupt or not a MATLAB .mat "
+            f"file: fetch it again"
+        ) from e
+
+
+def _var(mat: dict, name: str, path: Path) -> np.ndarray:
+    if name not in mat:
+        found = ", ".join(sorted(mat)) or "none"
+        raise MescError(
+            f"{path} has no variable {name!r} (found: {found}); use the original file named "
+            f"in the README"
+        )
+    return np.asarray(mat[name])
+
+
+def _fea_gnd(path: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """``fea`` as images (n, h, w) and ``gnd`` as a flat vector, from a fea/gnd .mat file."""
+    mat = _read_mat(path)
+    fea, gnd = _var(mat, "fea", path), _var(mat, "gnd", path).ravel()
+    h, w = get_config(dataset).arch.image_shape
+    if fea.ndim != 2 or h * w not in fea.shape:
+        raise MescError(
+            f"{path}: fea has shape {fea.shape} but {dataset} images are {h}x{w} = {h * w} "
+            f"pixels per row; this is not the {dataset} file, check the data folder"
+        )
+    if fea.shape[1] != h * w:  # stored one sample per column (e.g. written by h5py directly)
+        fea = fea.T
+    if gnd.size != fea.shape[0]:
+        raise MescError(
+            f"{path}: gnd has {gnd.size} labels but fea has {fea.shape[0]} samples; the file "
+            f"is inconsistent: fetch it again"
+        )
+    if gnd.dtype.kind not in "iuf" or not np.all(np.isfinite(gnd)) or np.any(gnd != np.round(gnd)):
+        raise MescError(f"{path}: gnd must hold whole-number labels; fetch the file again")
+    # Row-major (C order) reshape, no transpose, exactly as the reference scripts do.
+    return fea.reshape(-1, h, w), gnd.astype(np.int64)
+
+
+def _relabel(gnd: np.ndarray) -> np.ndarray:
+    """gnd - min + 1, the reference scripts' label rule (pitfall 9)."""
+    return gnd - gnd.min() + 1
+
+
+def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input"):
+    """Check an image array (and labels) and return it as float32 ``(n, h, w, 1)``.
+
+    ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
+    or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values,
+    a label count that is not one per image, fewer images than ``n_clusters``, or labels whose
+    number of distinct classes is not ``n_clusters``. ``where`` names the data in messages.
+    """
+    x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise MescError(
+            f"{where}: images must be numbers, got dtype {x.dtype}; pass a numeric array"
+        )
+    if x.ndim == 4 and x.shape[-1] == 1:
+        x = x[..., 0]
+    if x.ndim != 3 or x.shape[0] == 0:
+        raise MescError(
+            f"{where}: images have shape {x.shape}; pass one or more grey images as "
+            f"(n, height, width) or (n, height, width, 1)"
+        )
+    n = x.shape[0]
+    if image_shape is not None and tuple(x.shape[1:]) != tuple(image_shape):
+        (h, w), (eh, ew) = x.shape[1:], image_shape
+        raise MescError(
+            f"{where}: images are {h}x{w} but the architecture expects {eh}x{ew}; resize the "
+            f"images or use an architecture with image_shape ({h}, {w})"
+        )
+    x = x.astype(np.float32)
+    bad = int(np.count_nonzero(~np.isfinite(x)))
+    if bad:
+        raise MescError(
+            f"{where}: images hold {bad} NaN or infinite values; remove or fill them first"
+        )
+    if y is not None:
+        y = np.asarray(y).ravel()
+        if y.size != n:
+            raise MescError(
+                f"{where}: {y.size} labels for {n} images; give exactly one label per image"
+            )
+    if n_clusters is not None:
+        k = int(n_clusters)
+        if k != n_clusters or k < 1:
+            raise MescError(f"{where}: n_clusters must be a whole number >= 1, got {n_clusters}")
+        if n < k:
+            raise MescError(
+                f"{where}: {n} images for {k} clusters; need at least one image per cluster "
+                f"(lower n_clusters or add images)"
+            )
+        if y is not None and np.unique(y).size != k:
+            raise MescError(
+                f"{where}: labels hold {np.unique(y).size} distinct classes but n_clusters is "
+                f"{k}; every class needs at least one image (an empty class, or a wrong n_clusters)"
+            )
+    return x[..., None]
+
+
+def _dataset(name: str, x, y, sources, n_clusters: int | None = None) -> Dataset:
+    """Check the loaded arrays against the config and wrap them (labels must be exactly 1..K)."""
+    cfg = get_config(name)
+    k = cfg.n_clusters if n_clusters is None else n_clusters
+    where = f"{name} data from {', '.join(str(s) for s in sources)}"
+    x = validate_images(x, y, k, cfg.arch.image_shape, where=where)
+    y = np.asarray(y, dtype=np.int64)
+    empty = np.setdiff1d(np.arange(1, k + 1), y)
+    if empty.size or y.min() < 1 or y.max() > k:
+        raise MescError(
+            f"{where}: labels run {y.min()}..{y.max()} with empty classes {empty[:10].tolist()}, "
+            f"but {name} needs every class 1..{k}; this is not the expected {name} file"
+        )
+    return Dataset(name, x, y, k, tuple(Path(s) for s in sources))
+
+
+# ---------------------------------------------------------------------------------------------
+# One loader per dataset
+
+
+def _load_orl(root: _Root) -> Dataset:
+    path = root.find("orl", "ORL_32x32.mat")
+    x, gnd = _fea_gnd(path, "orl")
+    # Raw 0..255, no /255: the pretrained ORL AE fits raw pixels (rel. error 0.13; 33 with /255).
+    # The row-major reshape transposes the faces, which is the orientation that AE expects.
+    return _dataset("orl", x, _relabel(gnd), [path])
+
+
+def _load_coil20(root: _Root) -> Dataset:
+    path = root.find("coil20", "COIL20.mat")
+    x, gnd = _fea_gnd(path, "coil20")
+    return _dataset("coil20", x, _relabel(gnd), [path])  # [0, 1] as stored
+
+
+def _load_coil(root: _Root, name: str) -> Dataset:
+    """COIL40 = the first 40 objects x 72 views of COIL100.mat; COIL100 = all of it."""
+    path = root.find(name, "COIL100.mat")
+    x, gnd = _fea_gnd(path, name)
+    n = get_config(name).n_samples
+    if x.shape[0] < n:
+        raise MescError(
+            f"{path}: fea has {x.shape[0]} rows but {name} needs the first {n} (72 views per "
+            f"object); use the full 7200-row COIL100.mat"
+        )
+    # As stored, not rescaled: the scale of the original file is unknown (reference-facts §1.1).
+    return _dataset(name, x[:n], _relabel(gnd[:n]), [path])
+
+
+def _load_coil40(root: _Root) -> Dataset:
+    return _load_coil(root, "coil40")
+
+
+def _load_coil100(root: _Root) -> Dataset:
+    return _load_coil(root, "coil100")
+
+
+def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
+    """Subject-major images of the first ``n_subjects`` subjects (default all 38)."""
+    path = root.find("eyaleb", "YaleBCrop025.mat")
+    Y = _var(_read_mat(path), "Y", path)  # pixels x image-per-subject x subject
+    h, w = get_config("eyaleb").arch.image_shape
+    if Y.ndim != 3 or Y.shape[0] != h * w:
+        raise MescError(
+            f"{path}: Y has shape {Y.shape} but eyaleb needs (2016, images per subject, "
+            f"subjects) with {h}x{w} = {h * w} pixels per image; this is not YaleBCrop025.mat"
+        )
+    n_img, n_subj = Y.shape[1:]
+    k = n_subj if n_subjects is None else n_subjects
+    if isinstance(k, bool) or int(k) != k or not 1 <= k <= n_subj:
+        raise MescError(
+            f"eyaleb: n_subjects must be a whole number in 1..{n_subj}, got {n_subjects}"
+        )
+    k = int(k)
+    # Column (j, i) = Y[:, j, i], ordered subject by subject.
+    cols = np.transpose(Y[:, :, :k], (2, 1, 0)).reshape(k * n_img, h * w)
+    # DSC reshapes each column row-major to 42x48 and transposes: a column-major 48x42 reshape,
+    # i.e. the upright MATLAB image. Raw 0..255 (the pretrained AE: 0.039; /255 gives 0.534).
+    x = cols.reshape(-1, w, h).transpose(0, 2, 1)
+    y = np.repeat(np.arange(k), n_img) + 1  # subject index i (0-based) - min + 1
+    return _dataset("eyaleb", x, y, [path], n_clusters=k)
+
+
+def _load_usps(root: _Root) -> Dataset:
+    path = root.find("usps", "USPS.mat")
+    x, gnd = _fea_gnd(path, "usps")
+    # fea is in [-1, 1]; the pretrained USPS AE fits [0, 1] best (0.219 vs 0.953 as stored).
+    # File order is kept (train then test, not sorted by class).
+    return _dataset("usps", (x.astype(np.float64) + 1.0) / 2.0, _relabel(gnd), [path])
+
+
+def _read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
+    """A uint8 idx array (the MNIST format): big-endian magic, ndim sizes, then the bytes."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+    except (OSError, EOFError, zlib.error) as e:
+        raise MescError(
+            f"cannot read {path} ({_one_line(e)}); the file is corrupt: fetch it again"
+        ) from e
+    head = 4 * (1 + ndim)
+    got = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
+    if len(raw) < head or got != magic:
+        raise MescError(
+            f"{path}: not an idx file with magic number {magic} (found {got}); use the MNIST "
+            f"t10k idx files named in the README"
+        )
+    dims = [int.from_bytes(raw[4 * i + 4: 4 * i + 8], "big") for i in range(ndim)]
+    if len(raw) - head != int(np.prod(dims)):
+        raise MescError(
+            f"{path}: the header announces {'x'.join(map(str, dims))} = {int(np.prod(dims))} bytes "
+            f"but {len(raw) - head} follow; the file is truncated or corrupt: fetch it again"
+        )
+    return np.frombuffer(raw, np.uint8, offset=head).reshape(dims)
+
+
+def _load_mnist(root: _Root) -> Dataset:
+    images = root.find("mnist", "mnist/t10k-images-idx3-ubyte.gz", "mnist/t10k-images-idx3-ubyte")
+    labels = root.find("mnist", "mnist/t10k-labels-idx1-ubyte.gz", "mnist/t10k-labels-idx1-ubyte")
+    x, digits = _read_idx(images, 2051, 3), _read_idx(labels, 2049, 1)
+    # Raw 0..255 in file order: on x/255 the pretrained MNIST AE outputs about 0.
+    # Digits 0..9 become labels 1..10.
+    return _dataset("mnist", x, digits.astype(np.int64) + 1, [images, labels])
+
+
+def _load_toy(root: _Root) -> Dataset:
+    """Three COIL20 objects (72 views each), relabelled 1..3 in the order the config lists them."""
+    objects = np.asarray(get_config("toy").extra["coil20_objects"])
+    path = root.find("toy", "COIL20.mat")
+    x, gnd = _fea_gnd(path, "toy")
+    keep = np.isin(gnd, objects)
+    y = np.argmax(gnd[keep, None] == objects[None, :], axis=1) + 1
+    return _dataset("toy", x[keep], y, [path], n_clusters=len(objects))
+
+
+LOADERS: dict[str, Callable[..., Dataset]] = {
+    "orl": _load_orl,
+    "coil20": _load_coil20,
+    "coil40": _load_coil40,
+    "coil100": _load_coil100,
+    "eyaleb": _load_eyaleb,
+    "usps": _load_usps,
+    "mnist": _load_mnist,
+    "toy": _load_toy,
+}
+
+
+def load_dataset(name: str, data_dir=None, *, n_subjects: int | None = None) -> Dataset:
+    """Load one benchmark dataset (see :data:`LOADERS`) from the data folder.
+
+    ``n_subjects`` (eyaleb only) keeps the first K subjects, as DSC-Net's subset runs need.
+    """
+    cfg = get_config(name)  # MescError for an unknown name
+    root = _Root(*_choose_data_dir(data_dir))
+    if n_subjects is None:
+        return LOADERS[cfg.name](root)
+    if cfg.name != "eyaleb":
+        raise MescError(f"n_subjects applies only to eyaleb, not {cfg.name}; leave it out")
+    return LOADERS[cfg.name](root, n_subjects=n_subjects)

@@ -1,0 +1,13 @@
+"""The one exception type a user is meant to see.
+
+Everything that is the user's input being wrong (a missing file, a bad option, an image size
+that does not fit the architecture, ...) raises :class:`MescError` with a one-line message that
+says what is wrong, where, and what to do. The command-line entry points catch it, print
+``error: <message>`` to stderr and exit with status 2, so a user never sees a traceback for
+bad input. Library users get a normal exception (it subclasses ``ValueError``, as scikit-learn
+users expect for bad arguments).
+"""
+
+
+class MescError(ValueError):
+    """A user-facing error: the message is one line: what, where, what to do."""

@@ -1,0 +1,53 @@
+"""The loss terms, with the released code's constants (reference-facts §2.4, §2.5).
+
+All terms are sums over elements, not means: with Adam the scale only matters through ε and
+through the relative weights, and keeping sums keeps the released constants meaningful.
+
+    loss = recon_scale · Σ(x_r − x)²  +  reg1 · R(C)  +  reg2 · ½ Σ(Z − C·Z)²
+
+where R is one of the regularisers below. MESC's entropy carries a ½ (as coded); DSC-Net's
+Frobenius term does not. The paper's λ are the code's reg / 4 (config.paper_lambdas).
+"""
+
+import tensorflow as tf
+
+# Lower bound of the log's argument in the entropy term, as in the paper and the code.
+LOG_CLIP_MIN = 1e-12
+
+
+def reconstruction(x, x_rec, scale=1.0):
+    """scale · Σ(x_r − x)². MESC: scale 1; DSC-Net ORL/EYaleB: ½."""
+    return scale * tf.reduce_sum(tf.square(x_rec - x))
+
+
+def self_expression(z, cz):
+    """½ Σ(Z − C·Z)² over the flattened latent codes (rows = samples)."""
+    return 0.5 * tf.reduce_sum(tf.square(z - cz))
+
+
+def entropy(c):
+    """½ Σ C·ln(clip(C, 1e-12, 1)): the negative entropy of C, to be minimised.
+
+    The clip sits inside the log only: the multiplier is the unclipped C, so the gradient is
+    ½(ln C + 1) inside (1e-12, 1), 0 above 1 and ½·ln(1e-12) for C ≤ 1e-12 (negative entries
+    are pushed up linearly). This is exactly the released graph.
+    """
+    return 0.5 * tf.reduce_sum(c * tf.math.log(tf.clip_by_value(c, LOG_CLIP_MIN, 1.0)))
+
+
+def l1(c):
+    """Σ|C| (DSC-Net-L1, DSLSP-L1)."""
+    return tf.reduce_sum(tf.abs(c))
+
+
+def l2(c):
+    """Σ C², the squared Frobenius norm (DSC-Net-L2)."""
+    return tf.reduce_sum(tf.square(c))
+
+
+def nuclear(c):
+    """‖C‖_*, the sum of singular values (DSC-Net with the nuclear norm)."""
+    return tf.reduce_sum(tf.linalg.svd(c, compute_uv=False))
+
+
+REGULARIZERS = {"entropy": entropy, "l1": l1, "l2": l2, "nuclear": nuclear}

@@ -1,0 +1,149 @@
+"""The steps every experiment (and the estimator) shares: auto-encoder → fine-tuning → clustering.
+
+One code path: ``experiments/run.py``, the sweeps, the tables and
+:class:`mesc_tf.estimator.MESCNetClustering` all call these functions.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mesc_tf import postcluster
+from mesc_tf.config import Architecture, Settings
+from mesc_tf.errors import MescError
+from mesc_tf.metrics import evaluate
+
+# Where the project's own pretrained auto-encoders live (issue: own pretraining).
+PRETRAINED_DIR = Path(os.environ.get("MESC_PRETRAINED_DIR",
+                                     Path(__file__).resolve().parents[1] / "pretrained"))
+
+
+def pretrained_path(dataset: str) -> Path:
+    return PRETRAINED_DIR / f"{dataset}.h5"
+
+
+def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_checkpoint=None,
+                    no_pretrain=False):
+    """The auto-encoder to fine-tune and a line saying where its weights came from.
+
+    Precedence: ``tf1_checkpoint`` (converted on the fly), ``weights`` (.h5), ``no_pretrain``
+    (he_normal, seeded by configure_runtime), then ``pretrained/<dataset>.h5``.
+    """
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
+
+    if tf1_checkpoint:
+        return load_tf1_checkpoint(tf1_checkpoint, arch), f"TF1 checkpoint {tf1_checkpoint}"
+    if weights:
+        return load_autoencoder(weights, arch)[0], f"weights {weights}"
+    if no_pretrain:
+        return ConvAutoEncoder(arch).build_for_input(), "he_normal initialisation (no pretraining)"
+    path = pretrained_path(dataset) if dataset else None
+    if path is None or not path.is_file():
+        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
+                        f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
+                        "or pass --weights, --tf1-checkpoint or --no-pretrain")
+    return load_autoencoder(path, arch)[0], f"pretrained {path}"
+
+
+def memory_estimate(n_samples: int, arch: Architecture) -> int:
+    """Bytes a run needs at its peak, a conservative estimate.
+
+    Fine-tuning: C, its gradient and two Adam slots (4 n² float32) plus activations and their
+    gradients. Post-clustering runs after the model is freed: a float64 C, the SVD factors
+    (n × r), the affinity and sklearn's Laplacian (about 3 n² float64 at once).
+    """
+    h, w = arch.image_shape
+    act = n_samples * h * w * 4 * (2 + 2 * sum(arch.channels))  # forward + backward, rough
+    train = 4 * 4 * n_samples ** 2 + act
+    post = 3 * 8 * n_samples ** 2
+    return max(train, post) + 400 * 2 ** 20  # plus the runtime (TF, numpy, sklearn)
+
+
+def available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+        return info.get("MemAvailable", info["MemTotal"])
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(n_samples: int, arch: Architecture):
+    need, have = memory_estimate(n_samples, arch), available_memory()
+    if need > have:
+        raise MescError(f"a problem of {n_samples} samples needs about {need / 2**30:.1f} GiB "
+                        f"but {have / 2**30:.1f} GiB is available; use a subset of the data or a "
+                        "machine with more memory")
+    return need
+
+
+def pretrain(x, arch: Architecture, schedule, *, verbose=1, log_dir=None, backup_dir=None,
+             checkpoint_every=None, jit_compile=False):
+    """Train a he_normal auto-encoder on ``x`` alone (no self-expression).
+
+    ``schedule`` is a :class:`mesc_tf.config.Pretrain`. Seed with configure_runtime first.
+    Returns (autoencoder with the best weights, info dict).
+    """
+    import keras
+    import tensorflow as tf
+
+    from mesc_tf.model import ConvAutoEncoder, PretrainNet
+    from mesc_tf.training import fit_full_batch, relative_error
+
+    ae = ConvAutoEncoder(arch).build_for_input()
+    net = PretrainNet(ae)
+    net(tf.convert_to_tensor(x[:1], tf.float32))
+    stop = keras.callbacks.EarlyStopping(monitor="rel_err", mode="min", min_delta=schedule.min_delta,
+                                         patience=schedule.patience, restore_best_weights=True)
+    history, seconds = fit_full_batch(
+        net, x, schedule.max_steps, schedule.lr, verbose=verbose, log_dir=log_dir,
+        backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=[stop],
+        jit_compile=jit_compile)
+    return ae, {"steps": int(net.optimizer.iterations.numpy()), "seconds": seconds,
+                "best_step": int(np.argmin(history["rel_err"])) + 1 if len(history["rel_err"]) else 0,
+                "relative_error": relative_error(ae, x), "history": history}
+
+
+def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, backup_dir=None,
+              checkpoint_every=None, jit_compile=False, callbacks=()):
+    """Fine-tune auto-encoder + C on the whole of ``x``. Returns (model, history, seconds)."""
+    from mesc_tf.model import MESCNet
+    import tensorflow as tf
+
+    from mesc_tf.training import fit_full_batch
+
+    model = MESCNet(autoencoder, len(x), settings)
+    model(tf.convert_to_tensor(x, tf.float32))  # create C (n×n) before fit, for backups
+    history, seconds = fit_full_batch(
+        model, x, settings.epochs, settings.lr, verbose=verbose, log_dir=log_dir,
+        backup_dir=backup_dir, checkpoint_every=checkpoint_every, jit_compile=jit_compile,
+        callbacks=callbacks)
+    return model, history, seconds
+
+
+def cluster(coef, n_clusters: int, settings: Settings, seed=0):
+    """thrC + post_proC + spectral clustering on C. Returns (labels 0..K-1, timings dict)."""
+    return postcluster.cluster(np.asarray(coef), n_clusters, thr=settings.thr,
+                               subspace_dim=settings.subspace_dim, power=settings.power,
+                               variant=settings.variant, seed=seed, return_timings=True)
+
+
+def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1, **fit_kwargs):
+    """Fine-tune, cluster and (if labels ``y`` are given) score. Returns a result dict."""
+    model, history, train_s = fine_tune(x, settings, autoencoder, verbose=verbose, **fit_kwargs)
+    coef = model.coef.numpy()
+    start = time.perf_counter()
+    labels, post_timings = cluster(coef, n_clusters, settings, seed=seed)
+    post_s = time.perf_counter() - start
+    return {
+        "model": model,
+        "coef": coef,
+        "labels": labels,
+        "history": history,
+        "metrics": evaluate(y, labels) if y is not None else None,
+        "timings": {"train_s": train_s, "post_s": post_s, **post_timings,
+                    "steps": int(model.optimizer.iterations.numpy())},
+    }

@@ -1,0 +1,162 @@
+"""Full-batch training through ``keras.Model.fit`` (reference-facts §2.6, pitfalls 3–5).
+
+The whole dataset is one batch, so one epoch is one Adam step. That makes Keras' own
+callbacks work per step: the Progbar callback below shows the loss terms, TensorBoard logs
+them, EarlyStopping can watch them and :class:`AtomicBackupAndRestore` makes runs resumable.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+# TF1's AdamOptimizer default; Keras' is 1e-7 (pitfall 3).
+ADAM_EPSILON = 1e-8
+
+
+def configure_runtime(seed=None, deterministic=True):
+    """Seed every random source and make float32 results reproducible.
+
+    TF32 is switched off because the references ran without it (pitfall 4); op determinism
+    makes GPU reductions repeatable (CPU kernels already are).
+    """
+    if seed is not None:
+        keras.utils.set_random_seed(int(seed))  # Python, NumPy and TF
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def full_batch(x):
+    """A dataset that yields the whole array as one batch, forever."""
+    return tf.data.Dataset.from_tensors(tf.convert_to_tensor(x, tf.float32)).repeat()
+
+
+def adam(lr):
+    return keras.optimizers.Adam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON)
+
+
+class StepProgbar(keras.callbacks.Callback):
+    """Keras' Progbar over all steps (= epochs), showing the loss terms."""
+
+    def __init__(self, total_steps, verbose=1):
+        super().__init__()
+        self.total_steps = total_steps
+        self.verbose = verbose
+
+    def on_train_begin(self, logs=None):
+        # In a log file (no terminal) print a line every 30 s instead of every step.
+        tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        self.bar = keras.utils.Progbar(self.total_steps, verbose=self.verbose,
+                                       interval=0.05 if tty else 30.0, unit_name="step",
+                                       stateful_metrics=["loss", "recon", "reg", "selfexp",
+                                                         "rel_err"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.bar.update(epoch + 1, [(k, float(v)) for k, v in (logs or {}).items()])
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore whose backup survives a kill at any moment.
+
+    Keras writes the weights file and then the epoch file in place, so a kill between the two
+    (or during either) leaves an inconsistent or broken backup. Here every ``every`` epochs the
+    full state (model weights, C, Adam slots and step counter, all in ``save_weights``) goes to
+    a new file through a temporary name and ``os.replace``; then a small JSON naming that file
+    and the epoch is replaced the same way. Training has no randomness after initialisation,
+    so weights + optimizer state + epoch is the whole training state.
+    """
+
+    def __init__(self, backup_dir, every=1):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
+        self.every = max(int(every), 1)
+        self._state_path = Path(backup_dir) / "state.json"
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._current_epoch = epoch + 1
+        if self._current_epoch % self.every == 0 or self._current_epoch == self.params.get("epochs"):
+            self._save_model()
+
+    def _save_model(self):
+        backup_dir = Path(self.backup_dir)
+        backup_dir.mkdir(parents=True, exist_ok=True)
+        name = f"state-{self._current_epoch:08d}.weights.h5"
+        tmp = backup_dir / f".tmp-{name}"
+        self.model.save_weights(str(tmp), overwrite=True)
+        os.replace(tmp, backup_dir / name)
+        atomic_write_text(self._state_path, json.dumps({"epoch": self._current_epoch,
+                                                        "weights": name}))
+        for old in backup_dir.glob("state-*.weights.h5"):
+            if old.name != name:
+                old.unlink()
+
+    def _load_model(self):
+        if not self._state_path.exists():
+            return
+        state = json.loads(self._state_path.read_text())
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self.model.load_weights(str(Path(self.backup_dir) / state["weights"]))
+        self.model._initial_epoch = state["epoch"]
+
+    def on_train_begin(self, logs=None):
+        self._load_model()
+
+
+def resumed_epoch(backup_dir):
+    """The epoch a backup in ``backup_dir`` resumes from (0 if none)."""
+    state = Path(backup_dir) / "state.json"
+    return json.loads(state.read_text())["epoch"] if state.exists() else 0
+
+
+def atomic_write_text(path, text):
+    """Write text to path via a temporary file and a rename, so readers never see half."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def fit_full_batch(model, x, epochs, lr, *, verbose=1, log_dir=None, backup_dir=None,
+                   checkpoint_every=None, callbacks=(), jit_compile=False):
+    """Compile ``model`` with Adam and run ``epochs`` full-batch steps on ``x``.
+
+    Returns (history dict of per-step loss terms, seconds spent in fit). With ``backup_dir``
+    the training state is saved atomically every ``checkpoint_every`` steps and an existing
+    backup there is resumed from.
+    """
+    model.compile(optimizer=adam(lr), jit_compile=jit_compile)
+    cbs = list(callbacks)
+    if verbose:
+        cbs.append(StepProgbar(epochs, verbose=verbose))
+    if log_dir is not None:
+        cbs.append(keras.callbacks.TensorBoard(log_dir=str(log_dir), write_graph=False))
+    if backup_dir is not None:
+        cbs.append(AtomicBackupAndRestore(backup_dir, every=checkpoint_every or epochs))
+    start = time.perf_counter()
+    history = model.fit(full_batch(x), epochs=epochs, steps_per_epoch=1, verbose=0,
+                        shuffle=False, callbacks=cbs)
+    seconds = time.perf_counter() - start
+    return {k: np.asarray(v, np.float64) for k, v in history.history.items()}, seconds
+
+
+def relative_error(autoencoder, x, batch_size=2048):
+    """‖x_r − x‖ / ‖x‖ over the whole set (the figure of reference-facts §1.3)."""
+    num = den = 0.0
+    for i in range(0, len(x), batch_size):
+        xb = tf.convert_to_tensor(x[i:i + batch_size], tf.float32)
+        num += float(tf.reduce_sum(tf.square(autoencoder(xb) - xb)))
+        den += float(tf.reduce_sum(tf.square(xb)))
+    return float(np.sqrt(num / den))

@@ -1,0 +1,172 @@
+"""Auto-encoder weights on disk: the project's ``.h5`` format and the authors' TF1 checkpoints.
+
+``.h5`` layout (h5py): root attributes ``format`` = "mesc-tf-autoencoder", ``version``,
+``architecture`` (JSON: image_shape, kernels, channels) and ``metadata`` (JSON: dataset,
+pixels, steps, seed, errors, library versions, ...); one group per layer
+(``enc_0`` …, ``dec_0`` …) holding ``kernel`` and ``bias`` in Keras layout. Loading checks the
+architecture and every shape and names the first mismatch.
+
+TF1 checkpoints (reference-facts §1.3, pitfall 11): kernels are ``enc_w{i}`` / ``dec_w{j}``
+(``dec_w0`` is the deepest decoder layer), biases are the unnamed ``Variable``, ``Variable_1``,
+… in creation order, encoder first. Both kernel layouts are Keras' own: no flip, no transpose.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from mesc_tf.config import Architecture
+from mesc_tf.errors import MescError
+
+FORMAT = "mesc-tf-autoencoder"
+VERSION = 1
+
+
+def _open_h5(path, mode="r"):
+    import h5py
+
+    path = Path(path)
+    if mode == "r" and not path.is_file():
+        raise MescError(f"auto-encoder file {path} not found; give an existing .h5 file "
+                        "(make one with experiments/pretrain.py)")
+    try:
+        return h5py.File(path, mode)
+    except OSError as e:
+        raise MescError(f"cannot read auto-encoder file {path} ({e}); it is not a valid .h5 "
+                        "file: re-create it with experiments/pretrain.py") from None
+
+
+def save_autoencoder(autoencoder, path, metadata=None):
+    """Write the auto-encoder's weights, architecture and metadata to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".h5.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with _open_h5(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["version"] = VERSION
+            f.attrs["architecture"] = json.dumps(autoencoder.arch.to_dict())
+            f.attrs["metadata"] = json.dumps(metadata or {}, default=_json_default)
+            for layer in autoencoder.named_layers:
+                g = f.create_group(layer.name)
+                g.create_dataset("kernel", data=np.asarray(layer.kernel.numpy(), np.float32))
+                g.create_dataset("bias", data=np.asarray(layer.bias.numpy(), np.float32))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def read_autoencoder_file(path):
+    """(Architecture, metadata dict, {layer: (kernel, bias)}) from a project .h5 file."""
+    with _open_h5(path) as f:
+        if f.attrs.get("format") != FORMAT:
+            raise MescError(f"{path} is not a mesc-tf auto-encoder file (no format={FORMAT!r} "
+                            "attribute); convert TF1 checkpoints with --tf1-checkpoint instead")
+        try:
+            arch = Architecture.from_dict(json.loads(f.attrs["architecture"]))
+            metadata = json.loads(f.attrs.get("metadata", "{}"))
+            weights = {name: (np.asarray(f[name]["kernel"]), np.asarray(f[name]["bias"]))
+                       for name in f.keys()}
+        except (KeyError, ValueError, TypeError) as e:
+            raise MescError(f"{path} is damaged ({e}); re-create it with "
+                            "experiments/pretrain.py") from None
+    return arch, metadata, weights
+
+
+def assign_weights(autoencoder, weights, source):
+    """Copy {layer name: (kernel, bias)} into a built auto-encoder, checking every shape."""
+    expected = {layer.name for layer in autoencoder.named_layers}
+    if set(weights) != expected:
+        raise MescError(f"{source} holds layers {sorted(weights)} but the architecture "
+                        f"{autoencoder.arch.to_dict()} needs {sorted(expected)}; use weights "
+                        "made for this dataset's architecture")
+    for layer in autoencoder.named_layers:
+        for var, value in zip((layer.kernel, layer.bias), weights[layer.name]):
+            if tuple(var.shape) != tuple(value.shape):
+                raise MescError(f"{source}: layer {layer.name} {var.name.split('/')[-1]} has "
+                                f"shape {tuple(value.shape)} but the model needs "
+                                f"{tuple(var.shape)}; use weights made for this architecture")
+            var.assign(value)
+
+
+def load_autoencoder(path, arch: Architecture | None = None):
+    """Build a :class:`~mesc_tf.model.ConvAutoEncoder` from a project ``.h5`` file.
+
+    If ``arch`` is given, the file's architecture must equal it. Returns (autoencoder, metadata).
+    """
+    from mesc_tf.model import ConvAutoEncoder
+
+    file_arch, metadata, weights = read_autoencoder_file(path)
+    if arch is not None and file_arch != arch:
+        raise MescError(f"{path} holds an auto-encoder for {file_arch.to_dict()} but this "
+                        f"dataset needs {arch.to_dict()}; pass --weights for this dataset")
+    ae = ConvAutoEncoder(file_arch).build_for_input()
+    assign_weights(ae, weights, path)
+    return ae, metadata
+
+
+def read_tf1_checkpoint(prefix, image_shape):
+    """(Architecture, {layer: (kernel, bias)}) from an original TF1 checkpoint prefix."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+    except (ValueError, tf.errors.OpError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MescError(f"cannot read TF1 checkpoint {prefix} ({first}); give the prefix "
+                        "without .index/.data, e.g. .../model-335-32x32-orl.ckpt") from None
+    shapes = reader.get_variable_to_shape_map()
+    n_layers = sum(1 for k in shapes if k.startswith("enc_w"))
+    names = ([f"enc_w{i}" for i in range(n_layers)] + [f"dec_w{j}" for j in range(n_layers)]
+             + ["Variable" if k == 0 else f"Variable_{k}" for k in range(2 * n_layers)])
+    missing = [k for k in names if k not in shapes]
+    if n_layers == 0 or missing:
+        raise MescError(f"TF1 checkpoint {prefix} lacks tensors {missing or ['enc_w0']} "
+                        f"(it has {sorted(shapes)}); it is not a DSC-Net/MESC auto-encoder")
+    t = {k: reader.get_tensor(k) for k in names}
+    biases = [t[n] for n in names[2 * n_layers:]]
+    weights = {f"enc_{i}": (t[f"enc_w{i}"], biases[i]) for i in range(n_layers)}
+    weights.update({f"dec_{j}": (t[f"dec_w{j}"], biases[n_layers + j]) for j in range(n_layers)})
+    arch = Architecture(image_shape=tuple(image_shape),
+                        kernels=tuple(int(t[f"enc_w{i}"].shape[0]) for i in range(n_layers)),
+                        channels=tuple(int(t[f"enc_w{i}"].shape[3]) for i in range(n_layers)))
+    return arch, weights
+
+
+def load_tf1_checkpoint(prefix, arch: Architecture):
+    """A ConvAutoEncoder for ``arch`` holding the weights of a TF1 checkpoint."""
+    from mesc_tf.model import ConvAutoEncoder
+
+    ckpt_arch, weights = read_tf1_checkpoint(prefix, arch.image_shape)
+    if ckpt_arch != arch:
+        raise MescError(f"TF1 checkpoint {prefix} is an auto-encoder with kernels "
+                        f"{ckpt_arch.kernels} and channels {ckpt_arch.channels}, but this "
+                        f"dataset needs {arch.kernels} / {arch.channels}")
+    ae = ConvAutoEncoder(arch).build_for_input()
+    assign_weights(ae, weights, prefix)
+    return ae
+
+
+def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
+    """Convert an original TF1 checkpoint to the project's .h5 format."""
+    from mesc_tf.model import ConvAutoEncoder
+
+    arch, weights = read_tf1_checkpoint(prefix, image_shape)
+    ae = ConvAutoEncoder(arch).build_for_input()
+    assign_weights(ae, weights, prefix)
+    meta = {"converted_from": str(prefix), **(metadata or {})}
+    return save_autoencoder(ae, out_path, meta)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, (Path, tuple)):
+        return str(o) if isinstance(o, Path) else list(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,22 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="mesc-tf",
+    version="0.1.0",
+    description="MESC-Net (Maximum Entropy Subspace Clustering Network) and DSC-Net baselines "
+                "in TensorFlow 2 / Keras 3, faithful to the released code",
+    packages=find_packages(include=["mesc_tf", "mesc_tf.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "tensorflow>=2.16",
+        "keras>=3",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "munkres",
+        "h5py",
+        "matplotlib",
+        "joblib",
+    ],
+    extras_require={"test": ["pytest"]},
+)

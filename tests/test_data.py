@@ -1,0 +1,332 @@
+"""Tests for mesc_tf.data: synthetic files in tmp_path, plus the real files when present."""
+
+import gzip
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import scipy.io
+
+from mesc_tf.config import DATASETS
+from mesc_tf.data import LOADERS, find_data_dir, load_dataset, validate_images
+from mesc_tf.errors import MescError
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "data"
+needs_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"real data not found at {REAL}")
+
+
+# --- synthetic file writers ------------------------------------------------------------------
+
+
+def savemat(path, **variables):
+    scipy.io.savemat(str(path), variables)
+
+
+def save_v73(path, **variables):
+    """A MATLAB v7.3-style file: HDF5 with every array's axes reversed."""
+    with h5py.File(path, "w") as f:
+        for k, v in variables.items():
+            f[k] = np.asarray(v).T
+
+
+def fea_gnd(n_classes, per_class, pixels=1024, seed=0, dtype=np.uint8, first_label=1):
+    rng = np.random.default_rng(seed)
+    fea = rng.integers(0, 256, size=(n_classes * per_class, pixels)).astype(dtype)
+    gnd = np.repeat(np.arange(first_label, first_label + n_classes), per_class)[:, None]
+    return fea, gnd.astype(np.uint8)
+
+
+def write_idx(path, arr, magic, compress=True):
+    arr = np.asarray(arr, np.uint8)
+    dims = b"".join(d.to_bytes(4, "big") for d in arr.shape)
+    raw = magic.to_bytes(4, "big") + dims + arr.tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(raw) if compress else raw)
+
+
+def expect_error(match, fn, *args, **kwargs):
+    with pytest.raises(MescError, match=match) as info:
+        fn(*args, **kwargs)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+@pytest.fixture(scope="module")
+def coil100(tmp_path_factory):
+    """A synthetic COIL100.mat (7200 x 1024 uint8) in v5 and in v7.3 layout."""
+    fea, gnd = fea_gnd(100, 72)
+    v5, v73 = tmp_path_factory.mktemp("v5"), tmp_path_factory.mktemp("v73")
+    savemat(v5 / "COIL100.mat", fea=fea, gnd=gnd)
+    save_v73(v73 / "COIL100.mat", fea=fea, gnd=gnd)
+    return fea, v5, v73
+
+
+# --- data folder ----------------------------------------------------------------------------
+
+
+def test_data_dir_precedence(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MESC_DATA_DIR", raising=False)
+    assert find_data_dir() == tmp_path / "data"
+    monkeypatch.setenv("MESC_DATA_DIR", str(tmp_path / "env"))
+    assert find_data_dir() == tmp_path / "env"
+    assert find_data_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert find_data_dir("rel") == tmp_path / "rel"
+
+
+def test_load_uses_env_then_argument(tmp_path, monkeypatch):
+    fea, gnd = fea_gnd(40, 10)
+    (tmp_path / "env").mkdir()
+    savemat(tmp_path / "env" / "ORL_32x32.mat", fea=fea, gnd=gnd)
+    monkeypatch.setenv("MESC_DATA_DIR", str(tmp_path / "env"))
+    assert load_dataset("orl").source == (tmp_path / "env" / "ORL_32x32.mat",)
+    msg = expect_error("not found", load_dataset, "orl", tmp_path / "nowhere")
+    assert "--data-dir" in msg and "does not exist" in msg and str(tmp_path / "nowhere") in msg
+
+
+def test_default_data_dir_missing_file_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MESC_DATA_DIR", raising=False)
+    (tmp_path / "data").mkdir()
+    msg = expect_error("coil20 data file not found", load_dataset, "coil20")
+    assert str(tmp_path / "data" / "COIL20.mat") in msg
+    assert "default data/" in msg and "--data-dir" in msg and "MESC_DATA_DIR" in msg
+    monkeypatch.setenv("MESC_DATA_DIR", str(tmp_path / "data"))
+    assert "from MESC_DATA_DIR" in expect_error("not found", load_dataset, "coil20")
+
+
+def test_every_dataset_has_a_loader():
+    assert set(LOADERS) == set(DATASETS)
+    expect_error("unknown dataset", load_dataset, "cifar")
+    expect_error("only to eyaleb", load_dataset, "orl", n_subjects=3)
+
+
+# --- loaders on synthetic files --------------------------------------------------------------
+
+
+def test_orl_raw_row_major_and_relabel(tmp_path):
+    fea, gnd = fea_gnd(40, 10, first_label=5)  # labels 5..44 -> 1..40 (gnd - min + 1)
+    savemat(tmp_path / "ORL_32x32.mat", fea=fea, gnd=gnd)
+    ds = load_dataset("orl", tmp_path)
+    assert ds.x.shape == (400, 32, 32, 1) and ds.x.dtype == np.float32
+    assert ds.y.dtype == np.int64 and ds.y.min() == 1 and ds.y.max() == 40 and ds.n_clusters == 40
+    np.testing.assert_array_equal(ds.x[7, :, :, 0], fea[7].reshape(32, 32))  # no /255, no transpose
+
+
+def test_coil40_coil100_from_coil100_mat(coil100):
+    fea, v5, v73 = coil100
+    c40, c100 = load_dataset("coil40", v5), load_dataset("coil100", v5)
+    assert c40.x.shape == (2880, 32, 32, 1) and c100.x.shape == (7200, 32, 32, 1)
+    assert np.unique(c40.y).size == 40 and np.unique(c100.y).size == 100
+    assert (c40.n_clusters, c100.n_clusters) == (40, 100)
+    np.testing.assert_array_equal(c40.x[-1, :, :, 0], fea[2879].reshape(32, 32))
+    np.testing.assert_array_equal(c100.x[..., 0], fea.reshape(-1, 32, 32))
+
+
+def test_v73_layout_gives_the_same_arrays(coil100):
+    fea, v5, v73 = coil100
+    a, b = load_dataset("coil40", v5), load_dataset("coil40", v73)
+    np.testing.assert_array_equal(a.x, b.x)
+    np.testing.assert_array_equal(a.y, b.y)
+
+
+def test_coil40_needs_2880_rows(tmp_path):
+    fea, gnd = fea_gnd(39, 72)
+    savemat(tmp_path / "COIL100.mat", fea=fea, gnd=gnd)
+    expect_error("needs the first 2880", load_dataset, "coil40", tmp_path)
+
+
+def test_coil20_and_toy(tmp_path):
+    fea, gnd = fea_gnd(20, 4, dtype=np.float64)
+    fea /= 255.0
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
+    ds = load_dataset("coil20", tmp_path)
+    assert ds.x.shape == (80, 32, 32, 1) and ds.x.max() <= 1.0
+    toy = load_dataset("toy", tmp_path)
+    assert toy.x.shape == (12, 32, 32, 1) and toy.n_clusters == 3
+    np.testing.assert_array_equal(toy.y, np.repeat([1, 2, 3], 4))
+    np.testing.assert_allclose(toy.x[..., 0], fea[:12].reshape(-1, 32, 32).astype(np.float32))
+
+
+def _yale_Y(n_img=3, n_subj=4):
+    """Y (2016, n_img, n_subj) whose image (j, i) is known: I[r, c] = 1000*i + 10*j + r + 100*c."""
+    r, c = np.mgrid[0:48, 0:42]
+    Y = np.zeros((2016, n_img, n_subj))
+    for i in range(n_subj):
+        for j in range(n_img):
+            Y[:, j, i] = (1000 * i + 10 * j + r + 100 * c).ravel(order="F")  # MATLAB I(:)
+    return Y
+
+
+@pytest.mark.parametrize("writer", [savemat, save_v73])
+def test_eyaleb_column_major_subject_major(tmp_path, writer):
+    Y = _yale_Y()
+    writer(tmp_path / "YaleBCrop025.mat", Y=Y)
+    ds = load_dataset("eyaleb", tmp_path)
+    assert ds.x.shape == (12, 48, 42, 1) and ds.n_clusters == 4
+    np.testing.assert_array_equal(ds.y, np.repeat([1, 2, 3, 4], 3))
+    r, c = np.mgrid[0:48, 0:42]
+    for i, j in [(0, 0), (2, 1), (3, 2)]:
+        np.testing.assert_array_equal(ds.x[3 * i + j, :, :, 0], 1000 * i + 10 * j + r + 100 * c)
+    sub = load_dataset("eyaleb", tmp_path, n_subjects=2)
+    assert sub.x.shape == (6, 48, 42, 1) and sub.n_clusters == 2
+    np.testing.assert_array_equal(sub.x, ds.x[:6])
+    for bad in (0, 5, 2.5):
+        expect_error("n_subjects must be", load_dataset, "eyaleb", tmp_path, n_subjects=bad)
+
+
+def test_eyaleb_wrong_Y_shape(tmp_path):
+    savemat(tmp_path / "YaleBCrop025.mat", Y=np.zeros((2000, 3, 4)))
+    expect_error(r"Y has shape \(2000, 3, 4\)", load_dataset, "eyaleb", tmp_path)
+
+
+def test_usps_mapped_to_unit_interval(tmp_path):
+    rng = np.random.default_rng(1)
+    gnd = rng.permutation(np.repeat(np.arange(1, 11), 3))[:, None]  # not sorted by class
+    fea = rng.uniform(-1, 1, size=(30, 256))
+    fea[0, :2] = [-1, 1]
+    savemat(tmp_path / "USPS.mat", fea=fea, gnd=gnd)
+    ds = load_dataset("usps", tmp_path)
+    assert ds.x.shape == (30, 16, 16, 1) and ds.x.min() == 0.0 and ds.x.max() == 1.0
+    np.testing.assert_allclose(ds.x[5, :, :, 0], ((fea[5] + 1) / 2).reshape(16, 16), rtol=1e-6)
+    np.testing.assert_array_equal(ds.y, gnd.ravel())  # file order kept
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_mnist_idx(tmp_path, compress):
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, size=(20, 28, 28))
+    digits = np.tile(np.arange(10), 2)
+    suffix = ".gz" if compress else ""
+    write_idx(tmp_path / "mnist" / f"t10k-images-idx3-ubyte{suffix}", images, 2051, compress)
+    write_idx(tmp_path / "mnist" / f"t10k-labels-idx1-ubyte{suffix}", digits, 2049, compress)
+    ds = load_dataset("mnist", tmp_path)
+    assert ds.x.shape == (20, 28, 28, 1)
+    np.testing.assert_array_equal(ds.x[..., 0], images)  # raw, row-major, file order
+    np.testing.assert_array_equal(ds.y, digits + 1)
+
+
+def test_mnist_errors(tmp_path):
+    images, digits = np.zeros((10, 28, 28)), np.arange(10)
+    img = tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz"
+    lab = tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    write_idx(img, images, 2051)
+    msg = expect_error("mnist data file not found", load_dataset, "mnist", tmp_path)
+    assert "t10k-labels-idx1-ubyte.gz or " in msg  # both names are listed
+    write_idx(lab, digits, 2051)  # wrong magic
+    expect_error("magic number 2049", load_dataset, "mnist", tmp_path)
+    write_idx(lab, digits[:9], 2049)
+    expect_error("9 labels for 10 images", load_dataset, "mnist", tmp_path)
+    raw = gzip.decompress(lab.read_bytes())
+    lab.write_bytes(gzip.compress(raw[:-3]))  # truncated
+    expect_error("truncated", load_dataset, "mnist", tmp_path)
+    lab.write_bytes(b"not gzip at all")
+    expect_error(f"cannot read {lab}", load_dataset, "mnist", tmp_path)
+    write_idx(lab, digits, 2049)
+    write_idx(img, np.zeros((10, 20, 20)), 2051)
+    expect_error("images are 20x20 but the architecture expects 28x28",
+                 load_dataset, "mnist", tmp_path)
+
+
+# --- error cases on .mat files ---------------------------------------------------------------
+
+
+def test_corrupt_mat(tmp_path):
+    (tmp_path / "COIL20.mat").write_bytes(b"MATLAB 5.0 garbage" * 10)
+    msg = expect_error("cannot read", load_dataset, "coil20", tmp_path)
+    assert str(tmp_path / "COIL20.mat") in msg
+
+
+def test_missing_variable_names_what_was_found(tmp_path):
+    savemat(tmp_path / "COIL20.mat", X=np.zeros((4, 1024)), labels=np.ones((4, 1)))
+    expect_error(r"no variable 'fea' \(found: X, labels\)", load_dataset, "coil20", tmp_path)
+
+
+def test_wrong_pixel_count(tmp_path):
+    fea, gnd = fea_gnd(20, 2, pixels=1000)
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
+    expect_error("1000.*32x32 = 1024", load_dataset, "coil20", tmp_path)
+
+
+def test_nan_in_fea(tmp_path):
+    fea, gnd = fea_gnd(20, 2, dtype=np.float64)
+    fea[3, 5] = np.nan
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
+    expect_error("1 NaN or infinite", load_dataset, "coil20", tmp_path)
+
+
+def test_label_count_mismatch(tmp_path):
+    fea, gnd = fea_gnd(20, 2)
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd[:-1])
+    expect_error("39 labels but fea has 40 samples", load_dataset, "coil20", tmp_path)
+
+
+def test_empty_class(tmp_path):
+    fea, gnd = fea_gnd(20, 2)
+    gnd[gnd == 20] = 19  # class 20 empty: 19 distinct classes
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
+    expect_error("19 distinct classes but n_clusters is 20", load_dataset, "coil20", tmp_path)
+    gnd[-2:] = 21  # 20 distinct values but a gap: 1..19, 21
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
+    expect_error(r"empty classes \[20\]", load_dataset, "coil20", tmp_path)
+
+
+# --- validate_images on user arrays ----------------------------------------------------------
+
+
+def test_validate_images():
+    x = np.arange(2 * 4 * 5).reshape(2, 4, 5)
+    out = validate_images(x)
+    assert out.shape == (2, 4, 5, 1) and out.dtype == np.float32
+    assert validate_images(out, y=[1, 2], n_clusters=2, image_shape=(4, 5)).shape == (2, 4, 5, 1)
+    expect_error("mine: images have shape", validate_images, np.zeros((2, 4, 5, 3)), where="mine")
+    expect_error("images are 4x5 but the architecture expects 32x32",
+                 validate_images, x, image_shape=(32, 32))
+    expect_error("NaN", validate_images, np.full((2, 4, 5), np.inf))
+    expect_error("2 images for 3 clusters", validate_images, x, n_clusters=3)
+    expect_error("3 labels for 2 images", validate_images, x, y=[1, 2, 3])
+    expect_error("1 distinct classes", validate_images, x, y=[1, 1], n_clusters=2)
+    expect_error("must be numbers", validate_images, np.array([["a"]]))
+
+
+# --- the real files (../shared/data beside the repo) -----------------------------------------
+
+
+def counts(ds):
+    return np.bincount(ds.y)[1:].tolist()
+
+
+@needs_real
+def test_real_orl_coil20_toy():
+    orl = load_dataset("orl", REAL)
+    assert orl.x.shape == (400, 32, 32, 1) and orl.x.max() > 200 and counts(orl) == [10] * 40
+    fea = scipy.io.loadmat(str(REAL / "ORL_32x32.mat"))["fea"]
+    np.testing.assert_array_equal(orl.x[0, :, :, 0], fea[0].reshape(32, 32))
+    coil = load_dataset("coil20", REAL)
+    assert coil.x.shape == (1440, 32, 32, 1) and 0 <= coil.x.min() and coil.x.max() <= 1
+    assert counts(coil) == [72] * 20
+    toy = load_dataset("toy", REAL)
+    assert toy.x.shape == (216, 32, 32, 1) and counts(toy) == [72] * 3
+    np.testing.assert_array_equal(toy.x, coil.x[:216])
+
+
+@needs_real
+def test_real_eyaleb():
+    ds = load_dataset("eyaleb", REAL)
+    assert ds.x.shape == (2432, 48, 42, 1) and counts(ds) == [64] * 38 and ds.x.max() > 200
+    I = scipy.io.loadmat(str(REAL / "YaleBCrop025.mat"))["I"]  # upright 48x42 images
+    for i, j in [(0, 0), (5, 17), (37, 63)]:
+        np.testing.assert_array_equal(ds.x[64 * i + j, :, :, 0], I[:, :, j, i])
+    assert load_dataset("eyaleb", REAL, n_subjects=10).x.shape == (640, 48, 42, 1)
+
+
+@needs_real
+def test_real_usps_mnist():
+    usps = load_dataset("usps", REAL)
+    assert usps.x.shape == (9298, 16, 16, 1) and usps.x.min() >= 0 and usps.x.max() <= 1
+    assert counts(usps) == [1553, 1269, 929, 824, 852, 716, 834, 792, 708, 821]
+    mnist = load_dataset("mnist", REAL)
+    assert mnist.x.shape == (10000, 28, 28, 1) and mnist.x.max() == 255
+    assert counts(mnist) == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    assert mnist.y[:5].tolist() == [8, 3, 2, 1, 5]  # digits 7, 2, 1, 0, 4

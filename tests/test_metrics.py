@@ -1,0 +1,62 @@
+"""Metrics (reference-facts §3.3)."""
+
+import numpy as np
+import pytest
+
+from mesc_tf.errors import MescError
+from mesc_tf.metrics import (accuracy, ari, best_map, evaluate, f1, f1_unmapped, nmi, purity)
+
+
+def test_permuted_labels_are_perfect():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 6, 200) * 3 + 7  # labels need not be 0..K-1
+    perm = rng.permutation(6)
+    pred = perm[(y - 7) // 3]
+    np.testing.assert_array_equal(best_map(y, pred), y)
+    res = evaluate(y, pred)
+    assert set(res) == {"acc", "nmi", "pur", "ari", "f1"}
+    assert all(isinstance(v, float) for v in res.values())
+    for key in res:
+        assert res[key] == pytest.approx(1.0)
+
+
+def test_hand_computed_example():
+    # classes 1,1,1,2,2,2,3,3 ; clusters: {1: 1,1,2}, {0: 1,2,2}, {2: 3,3}
+    y = np.array([1, 1, 1, 2, 2, 2, 3, 3])
+    pred = np.array([1, 1, 0, 1, 0, 0, 2, 2])
+    np.testing.assert_array_equal(best_map(y, pred), [1, 1, 2, 1, 2, 2, 3, 3])
+    assert accuracy(y, pred) == pytest.approx(6 / 8)
+    assert purity(y, pred) == pytest.approx((2 + 2 + 2) / 8)
+    assert f1(y, pred) == pytest.approx(6 / 8)  # mapped micro-F1 = ACC
+    # unmapped: gt stays 1..3, pred + 1 = 2,2,1,2,1,1,3,3 agrees at positions 2, 3, 6, 7
+    assert f1_unmapped(y, pred) == pytest.approx(4 / 8)
+    assert nmi(y, pred) == nmi(y, pred + 10)
+    assert nmi(y, pred, "max") <= nmi(y, pred, "min")
+    assert -1 <= ari(y, pred) < 1
+
+
+def test_mismatched_cluster_counts():
+    y = np.array([0, 0, 0, 1, 1, 1])
+    more = np.array([5, 5, 6, 7, 7, 7])  # 3 clusters, 2 classes
+    mapped = best_map(y, more)
+    np.testing.assert_array_equal(mapped[[0, 1, 3, 4, 5]], [0, 0, 1, 1, 1])
+    assert mapped[2] not in (0, 1)  # the unmatched cluster counts as wrong
+    assert accuracy(y, more) == pytest.approx(5 / 6)
+    assert purity(y, more) == pytest.approx(1.0)
+    fewer = np.zeros(6, dtype=int)  # 1 cluster, 2 classes
+    assert accuracy(y, fewer) == pytest.approx(0.5)
+    assert evaluate(y, fewer)["pur"] == pytest.approx(0.5)
+
+
+def test_column_vector_and_float_labels():
+    y = np.array([[1.0], [1.0], [2.0], [2.0]])  # gnd as loaded from a .mat file
+    assert accuracy(y, [1, 1, 0, 0]) == 1.0
+
+
+def test_bad_input():
+    with pytest.raises(MescError):
+        accuracy([0, 1, 1], [0, 1])
+    with pytest.raises(MescError):
+        evaluate([], [])
+    with pytest.raises(MescError):
+        nmi([0.5, 1.0], [0, 1])

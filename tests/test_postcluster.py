@@ -1,0 +1,123 @@
+"""Post-clustering (reference-facts §3.1-§3.2): thrC equals the column loop; block recovery."""
+
+import numpy as np
+import pytest
+
+from mesc_tf.errors import MescError
+from mesc_tf.metrics import accuracy
+from mesc_tf.postcluster import affinity, cluster, post_proC, pretreat, spectral, thrC
+
+
+def thrC_loop(C, ro):
+    """The column-by-column definition of §3.1 (the reference's loop)."""
+    if ro >= 1:
+        return C
+    n = C.shape[1]
+    Cp = np.zeros((n, n))
+    S = np.abs(np.sort(-np.abs(C), axis=0))
+    Ind = np.argsort(-np.abs(C), axis=0)
+    for i in range(n):
+        cL1 = np.sum(S[:, i]).astype(float)
+        csum, t = 0, 0
+        while True:
+            csum = csum + S[t, i]
+            if csum > ro * cL1:
+                Cp[Ind[0:t + 1, i], i] = C[Ind[0:t + 1, i], i]
+                break
+            t += 1
+    return Cp
+
+
+def _matrices():
+    rng = np.random.default_rng(0)
+    yield rng.standard_normal((40, 40))
+    yield rng.standard_normal((30, 30)).astype(np.float32)
+    yield rng.integers(-3, 4, (35, 35)).astype(np.float64)  # many ties
+    yield rng.integers(-2, 3, (25, 25)).astype(np.float32)
+    yield np.abs(rng.standard_normal((20, 20))) * 1e-4
+
+
+@pytest.mark.parametrize("ratio", [0.01, 0.2, 0.5, 0.99, 1.0])
+def test_thrC_matches_loop(ratio):
+    for C in _matrices():
+        C[:, 3] = 0  # an all-zero column, where the loop would fail
+        nonzero = np.abs(C).sum(axis=0) > 0
+        got = thrC(C, ratio)
+        assert got.dtype == C.dtype
+        # The loop fails on all-zero columns; compare column by column on the others.
+        Cz = C.copy()
+        Cz[:, ~nonzero] = 1.0  # any non-zero filler: columns are independent
+        ref = thrC_loop(Cz, ratio)
+        np.testing.assert_array_equal(got[:, nonzero], ref[:, nonzero])
+        assert not got[:, ~nonzero].any()
+
+
+def test_thrC_keeps_input_and_ratio_one_copies():
+    C = np.random.default_rng(1).standard_normal((10, 10))
+    C0 = C.copy()
+    out = thrC(C, 1.0)
+    assert out is not C and np.array_equal(out, C0)
+    thrC(C, 0.1)
+    assert np.array_equal(C, C0)
+
+
+def test_bad_inputs():
+    with pytest.raises(MescError):
+        thrC(np.ones((3, 4)), 0.1)
+    with pytest.raises(MescError):
+        thrC(np.array([[1.0, np.nan], [0.0, 1.0]]), 0.1)
+    with pytest.raises(MescError):
+        post_proC(np.eye(5), 6, 1, 1.0)
+    with pytest.raises(MescError):
+        pretreat(np.eye(3), "nope")
+
+
+def test_pretreat_variants():
+    C = np.arange(9, dtype=np.float32).reshape(3, 3)
+    m = pretreat(C, "mesc")
+    assert m.dtype == np.float64 and not np.allclose(m, m.T)  # no symmetrisation
+    np.testing.assert_array_equal(np.diag(m), 1)
+    np.testing.assert_array_equal(m - np.diag(np.diag(m)), C - np.diag(np.diag(C)))
+    d = pretreat(C, "dsc")
+    np.testing.assert_array_equal(d, 0.5 * (C + C.T))
+    dd = pretreat(C, "dsc_diag")
+    np.testing.assert_array_equal(np.diag(dd), 1)
+    assert np.allclose(dd, dd.T)
+    assert C[0, 0] == 0  # input untouched
+
+
+def _blocks(seed=0, sizes=(12, 15, 10, 13)):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    n = y.size
+    C = 0.01 * np.abs(rng.standard_normal((n, n)))
+    same = y[:, None] == y[None, :]
+    C[same] += rng.uniform(0.5, 1.0, same.sum())
+    perm = rng.permutation(n)
+    return C[np.ix_(perm, perm)].astype(np.float32), y[perm]
+
+
+@pytest.mark.parametrize("variant", ["mesc", "dsc", "dsc_diag"])
+def test_block_diagonal_recovered(variant):
+    C, y = _blocks()
+    L = affinity(C, 4, 3, 4.0, variant)
+    assert L.dtype == np.float64 and np.allclose(L, L.T) and L.max() <= 1.0
+    labels = cluster(C, 4, 0.2, 3, 4.0, variant, seed=0)
+    assert set(labels) == {0, 1, 2, 3}
+    assert accuracy(y, labels) == 1.0
+
+
+def test_same_seed_same_labels_and_timings():
+    C, y = _blocks(seed=2)
+    a, times = cluster(C, 4, 0.1, 3, 8.0, "mesc", seed=3, return_timings=True)
+    b = cluster(C, 4, 0.1, 3, 8.0, "mesc", seed=3)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, post_proC(thrC(C, 0.1), 4, 3, 8.0, "mesc", seed=3))
+    assert set(times) == {"thrc_s", "svd_s", "spectral_s"} and min(times.values()) >= 0
+
+
+def test_rank_clipped_below_n():
+    C, y = _blocks(sizes=(4, 4))  # d·K+1 = 17 > n-1 = 7
+    labels = post_proC(C, 2, 8, 1.0, "dsc")
+    assert accuracy(y, labels) == 1.0
+    assert spectral(affinity(C, 2, 8, 1.0), 2).shape == (8,)
