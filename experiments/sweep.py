@@ -1,0 +1,147 @@
+"""Sweep a grid of settings on one dataset, in parallel, resumable, one JSON line per trial.
+
+    python experiments/sweep.py --dataset orl --grid 'reg1=0.5,1,2 reg2=0.1,0.2 epochs=50,100,200 thr=0.1,0.2' --seeds 0,1,2 --jobs 2
+    python experiments/sweep.py --dataset orl --grid reg1=1,2 --summary-only
+
+The grid is the Cartesian product of FIELD=V1,V2,... over any Settings field (reg1, reg2, lr,
+epochs, thr, subspace_dim, power, coef_init, recon_scale, variant, framework, regularizer),
+applied to the dataset's --method settings from mesc_tf/config.py; every combination is run
+with every seed. Results go to --out (default experiments/results/sweeps/<dataset>.jsonl), one
+line per finished trial (settings, seed, metrics, timings), flushed and fsynced; rerunning the
+same command skips the trials already in the file, so a killed sweep resumes where it was.
+
+Efficiencies (mesc_tf/sweep.py): fine-tuning from a pretrained auto-encoder is deterministic
+(C starts at a constant), so each setting of the training fields is trained ONCE and the
+post-clustering settings (thr, subspace_dim, power, variant) and the seeds are all clustered from
+that C; and the step counts are swept in one run: epochs=50,100,200 is one 200-step run with a
+Keras callback copying C after steps 50 and 100. Training groups run in --jobs joblib (loky)
+worker processes, each importing TF once and limited to --threads-per-job threads.
+
+At the end the best settings by median ACC over the seeds are printed, with mean ± std.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker processes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+
+from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import METHODS  # noqa: E402
+
+DEFAULT_OUT = Path("experiments") / "results" / "sweeps"
+
+
+def parse_args(argv=None):
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_dataset_arg(p)
+    p.add_argument("--grid", nargs="+", default=[], metavar="FIELD=V1,V2",
+                   help="grid, e.g. 'reg1=0.5,1,2 reg2=0.1,0.2 epochs=100,200 thr=0.1,0.2' "
+                   "(one quoted string or several arguments); empty: the method's settings")
+    p.add_argument("--method", default="our", choices=METHODS,
+                   help="settings the grid starts from (config.method_settings; default our)")
+    p.add_argument("--seeds", default="0", help="seeds, e.g. 0,1,2 or 0-4 (default 0)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="parallel worker processes (default: 2, or 1 on a 1-core machine)")
+    p.add_argument("--threads-per-job", type=int,
+                   help="TF/BLAS threads per worker (default 1 when --jobs > 1, else TF's own)")
+    p.add_argument("--out", help="results file, JSON lines "
+                   "(default experiments/results/sweeps/<dataset>.jsonl)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--weights", help="auto-encoder .h5 (default: pretrained/<dataset>.h5)")
+    src.add_argument("--tf1-checkpoint", metavar="PREFIX", help="original TF1 checkpoint prefix")
+    src.add_argument("--no-pretrain", action="store_true",
+                     help="he_normal auto-encoder (then each seed is trained separately)")
+    p.add_argument("--top", type=int, default=10, help="rows of the final summary (default 10)")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="rerun trials whose line records a clustering error")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print how many trainings and trials would run, run nothing")
+    p.add_argument("--summary-only", action="store_true",
+                   help="run nothing; summarise the file (the grid's trials if --grid is given)")
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs must be >= 1")
+    if args.threads_per_job is not None and args.threads_per_job < 1:
+        p.error("--threads-per-job must be >= 1")
+    if args.top < 1:
+        p.error("--top must be >= 1")
+    from mesc_tf import sweep
+    from mesc_tf.errors import MescError
+
+    try:  # bad grids and seeds are usage errors: one line, exit status 2
+        args.grid = sweep.parse_grid(args.grid)
+        args.seeds = sweep.parse_int_list(args.seeds, "seeds")
+    except MescError as e:
+        p.error(str(e))
+    if args.threads_per_job is None and args.jobs > 1:
+        args.threads_per_job = 1
+    args.out = Path(args.out) if args.out else DEFAULT_OUT / f"{args.dataset}.jsonl"
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mesc_tf import sweep
+    from mesc_tf.config import method_settings
+    from mesc_tf.data import find_data_dir
+
+    records, bad = sweep.read_records(args.out)
+    if bad:
+        print(f"note: {args.out}: {bad} unreadable line(s) skipped (a trial torn by a kill; "
+              "it will be rerun)")
+    if args.summary_only:
+        keys = None
+        if args.grid:
+            ae = sweep.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
+                                           args.no_pretrain)
+            settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
+            keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
+                    for s in settings for seed in args.seeds}
+        mine = [r for r in records if r["dataset"] == args.dataset]
+        print(sweep.format_summary(sweep.summarize(mine, keys), args.top))
+        return 0
+
+    settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
+    ae = sweep.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
+                                   args.no_pretrain)
+    done = sweep.done_keys(records, retry_errors=args.retry_errors)
+    groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
+    n_trials = sum(len(g.trials) for g in groups)
+    steps = sum(g.train.epochs for g in groups)
+    print(f"{args.dataset} ({args.method}), auto-encoder: {ae.describe()}")
+    print(f"{len(settings)} settings x {len(args.seeds)} seeds = {len(settings) * len(args.seeds)} "
+          f"trials: {skipped} already in {args.out}, {n_trials} to run in {len(groups)} "
+          f"trainings ({steps} steps in all), --jobs {args.jobs}")
+    if args.dry_run:
+        return 0
+    if groups:
+        sweep.memory_check(args.dataset, min(args.jobs, len(groups)),
+                           max(len(g.steps) for g in groups))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        for i, res in enumerate(sweep.run_groups(
+                groups, jobs=args.jobs, threads=args.threads_per_job, dataset=args.dataset,
+                data_dir=find_data_dir(args.data_dir), ae=ae, method=args.method,
+                out=args.out), 1):
+            recs = res["records"]
+            accs = [r["metrics"]["acc"] for r in recs if r["metrics"]]
+            best = f"best ACC {100 * max(accs):.2f}" if accs else "no ACC"
+            failed = sum(1 for r in recs if r["error"])
+            print(f"[{i}/{len(groups)}] {res['steps_run']} steps in {res['train_s']:.1f} s, "
+                  f"{len(recs)} trials ({failed} failed), {best}; "
+                  f"{time.perf_counter() - start:.0f} s elapsed", flush=True)
+    records, _ = sweep.read_records(args.out)
+    keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
+            for s in settings for seed in args.seeds}
+    rows = sweep.summarize(records, keys)
+    print(f"\nbest settings by median ACC over seeds {args.seeds} (ACC/NMI in %; {args.out}):")
+    print(sweep.format_summary(rows, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.main_guard(main)

@@ -1,0 +1,330 @@
+"""The paper's main tables (ACC/NMI): four methods on every dataset with data, 5 seeds each.
+
+    python experiments/table.py                                  # every dataset with data
+    python experiments/table.py --datasets orl --seeds 0,1,2,3,4
+    make table DATASETS=orl
+
+For each dataset and each method (our, our_wo_net, dsc_l1, dsc_l2) the settings are those of
+mesc_tf/config.py (config.method_settings), the auto-encoder is pretrained/<dataset>.h5 (or
+--weights DATASET=PATH / --tf1-checkpoint DATASET=PREFIX). Fine-tuning from a pretrained
+auto-encoder is deterministic, so each (dataset, method) is trained ONCE and the seeds only
+seed the spectral clustering of that C. Writes, in --out (default experiments/results):
+
+* main_table.json: {dataset: {method: {"acc": [...], "nmi": [...], "seeds": [...],
+  "settings": {...}, "seconds": ..., ...}}}, rewritten (atomically) after every finished cell;
+* main_table.md: mean ± std and median per cell beside the paper's reported ACC/NMI, the
+  total time and the machine.
+
+Resumable: a finished cell whose settings, seeds and auto-encoder are unchanged is kept when
+the command is rerun (pass --force to recompute it). --max-epochs N caps every method's
+fine-tuning steps for SMOKE TESTS only; such cells are flagged in both files.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker processes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+
+from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import DATASETS, METHODS  # noqa: E402
+
+PAPER_DATASETS = ("orl", "coil20", "coil40", "coil100", "eyaleb", "usps", "mnist")
+METHOD_NAMES = {"our": "Our (MESC-Net)", "our_wo_net": "Our w/o Net",
+                "dsc_l1": "DSC-Net-L1", "dsc_l2": "DSC-Net-L2"}
+
+# THE PAPER'S REPORTED VALUES (%), not measured here: Peng et al., TCSVT 2021, Tables
+# "Comparison of ACC" and "Comparison of NMI" (copied in reference-facts §5.1 and §5.2).
+# Column order: ORL, COIL20, COIL40, COIL100, EYaleB, USPS, MNIST.
+_PAPER_ACC = {
+    "our":        (90.25, 98.13, 89.51, 71.88, 97.45, 81.49, 81.11),
+    "our_wo_net": (89.75, 98.19, 89.13, 69.97, 98.03, 83.53, 80.28),
+    "dsc_l1":     (85.75, 93.05, 80.03, 60.67, 96.67, 79.65, 73.44),
+    "dsc_l2":     (86.00, 94.86, 80.75, 67.71, 97.33, 77.64, 73.61),
+}
+_PAPER_NMI = {
+    "our":        (93.59, 98.17, 95.39, 90.76, 96.61, 86.34, 82.26),
+    "our_wo_net": (93.23, 98.19, 95.40, 89.86, 97.27, 85.80, 80.27),
+    "dsc_l1":     (90.23, 93.53, 88.52, 85.86, 96.87, 82.95, 74.94),
+    "dsc_l2":     (90.34, 94.08, 89.41, 89.08, 97.03, 78.86, 75.15),
+}
+PAPER_REPORTED = {  # {dataset: {method: {"acc": %, "nmi": %}}}
+    d: {m: {"acc": _PAPER_ACC[m][i], "nmi": _PAPER_NMI[m][i]} for m in METHODS}
+    for i, d in enumerate(PAPER_DATASETS)
+}
+
+
+def _names(values, allowed, what):
+    out = [v.strip().lower() for s in values for v in s.replace(",", " ").split()]
+    bad = [v for v in out if v not in allowed]
+    if bad:
+        raise ValueError(f"unknown {what} {bad[0]!r}; choose from {', '.join(allowed)}")
+    return list(dict.fromkeys(out))
+
+
+def _per_dataset(values, what):
+    out = {}
+    for v in values or []:
+        name, eq, path = v.partition("=")
+        if not eq or name.lower() not in DATASETS or not path:
+            raise ValueError(f"--{what} takes DATASET=PATH (e.g. orl=pretrained/orl.h5), got {v!r}")
+        out[name.lower()] = path
+    return out
+
+
+def parse_args(argv=None):
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", help="datasets, e.g. orl,coil20 (default: every "
+                   "paper dataset whose data and auto-encoder are present)")
+    p.add_argument("--methods", nargs="+", default=[",".join(METHODS)],
+                   help=f"methods (default {','.join(METHODS)})")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0,1,2,3,4)")
+    p.add_argument("--out", default="experiments/results", help="output folder "
+                   "(default experiments/results)")
+    p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
+    p.add_argument("--weights", action="append", metavar="DATASET=PATH",
+                   help="auto-encoder .h5 for one dataset (default pretrained/<dataset>.h5)")
+    p.add_argument("--tf1-checkpoint", action="append", metavar="DATASET=PREFIX",
+                   help="original TF1 checkpoint for one dataset")
+    p.add_argument("--jobs", type=int, default=1, help="cells run in parallel (default 1)")
+    p.add_argument("--threads-per-job", type=int,
+                   help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
+    p.add_argument("--max-epochs", type=int, metavar="N",
+                   help="SMOKE TESTS ONLY: cap fine-tuning at N steps (cells are flagged)")
+    p.add_argument("--force", action="store_true", help="recompute cells already finished")
+    args = p.parse_args(argv)
+    from mesc_tf import sweep
+    from mesc_tf.errors import MescError
+
+    try:
+        args.explicit = args.datasets is not None
+        args.datasets = _names(args.datasets or PAPER_DATASETS, list(DATASETS), "dataset")
+        args.methods = _names(args.methods, METHODS, "method")
+        args.seeds = sweep.parse_int_list(args.seeds, "seeds")
+        args.weights = _per_dataset(args.weights, "weights")
+        args.tf1_checkpoint = _per_dataset(args.tf1_checkpoint, "tf1-checkpoint")
+    except (ValueError, MescError) as e:
+        p.error(str(e))
+    if set(args.weights) & set(args.tf1_checkpoint):
+        p.error("give --weights or --tf1-checkpoint for a dataset, not both")
+    if args.jobs < 1:
+        p.error("--jobs must be >= 1")
+    if args.max_epochs is not None and args.max_epochs < 1:
+        p.error("--max-epochs must be >= 1")
+    if args.threads_per_job is None and args.jobs > 1:
+        args.threads_per_job = 1
+    args.out = Path(args.out)
+    return args
+
+
+def cell_settings(dataset, method, max_epochs=None):
+    from mesc_tf.config import method_settings
+
+    s = method_settings(dataset, method)
+    return s.replace(epochs=min(s.epochs, max_epochs)) if max_epochs else s
+
+
+def load_table(path):
+    from mesc_tf.errors import MescError
+
+    if not path.exists():
+        return {}
+    try:
+        table = json.loads(path.read_text())
+        if not isinstance(table, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise MescError(f"cannot read {path} ({e}); move it away or fix it, then rerun") from None
+    return table
+
+
+def make_cell(res, ae, settings, seeds, args):
+    from mesc_tf import sweep
+
+    by_seed = {r["seed"]: r for r in res["records"]}
+    recs = [by_seed[s] for s in seeds]
+    ok = [r for r in recs if r["metrics"]]
+    return {
+        "acc": [r["metrics"]["acc"] for r in ok],
+        "nmi": [r["metrics"]["nmi"] for r in ok],
+        "seeds": [r["seed"] for r in ok],
+        "settings": sweep.normalized(settings),
+        "seconds": res["seconds"],
+        "train_s": res["train_s"],
+        "post_s": [r["timings"]["post_s"] for r in recs],
+        "steps": res["steps_run"],
+        "pur": [r["metrics"]["pur"] for r in ok],
+        "ari": [r["metrics"]["ari"] for r in ok],
+        "nmi_max": [r["metrics"]["nmi_max"] for r in ok],
+        "failed_seeds": {str(r["seed"]): r["error"] for r in recs if not r["metrics"]},
+        "seeds_requested": list(seeds),
+        "autoencoder": ae.describe(),
+        "autoencoder_id": ae.ident,
+        "n_samples": recs[0]["n_samples"],
+        "max_epochs": args.max_epochs,
+        "jobs": args.jobs,
+        "threads_per_job": args.threads_per_job,
+        "machine": sweep.machine(),
+        "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+        "versions": cli.versions(),
+    }
+
+
+def cell_is_current(cell, settings, seeds, ae):
+    from mesc_tf import sweep
+
+    return (isinstance(cell, dict) and cell.get("settings") == sweep.normalized(settings)
+            and cell.get("seeds_requested") == list(seeds)
+            and cell.get("autoencoder_id") == ae.ident)
+
+
+def _pct(values):
+    from mesc_tf import sweep
+
+    st = sweep.stats(values)
+    return st, f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}", 100 * st["median"]
+
+
+def render_md(table, invocation) -> str:
+    """main_table.md from the JSON (every number from the run) and the paper's values."""
+    lines = ["# Main table: ACC and NMI (%), measured here vs. the paper's reported values", ""]
+    cells = [(d, m, table[d][m]) for d in [*DATASETS, *sorted(set(table) - set(DATASETS))]
+             if d in table for m in METHODS if m in table[d]]
+    machines = sorted({f"{c['machine']['cpu']} ({c['machine']['cores']} cores)"
+                       for _, _, c in cells if c.get("machine")})
+    total = sum(c.get("seconds", 0.0) for _, _, c in cells)
+    smoke = [f"{d}/{m}" for d, m, c in cells if c.get("max_epochs")]
+    if smoke:
+        lines += [f"**SMOKE TEST — NOT RESULTS:** fine-tuning was capped with --max-epochs in "
+                  f"{', '.join(smoke)}; these numbers say nothing about the method.", ""]
+    lines += [
+        f"Machine: {'; '.join(machines) or 'unknown'}. Total time of the {len(cells)} cells: "
+        f"{total:.0f} s ({total / 60:.1f} min), the sum of each cell's wall time (data and "
+        f"auto-encoder loading, one fine-tuning, clustering for every seed). "
+        f"{invocation}",
+        "",
+        "| dataset | method | ACC mean ± std | ACC median | paper ACC | NMI mean ± std | "
+        "NMI median | paper NMI | seeds | steps | time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for d, m, c in cells:
+        paper = PAPER_REPORTED.get(d, {}).get(m)
+        row = [d, METHOD_NAMES.get(m, m)]
+        for metric in ("acc", "nmi"):
+            if c.get(metric):
+                _, ms, med = _pct(c[metric])
+                mark = ""
+                if paper is not None:
+                    mark = " ✓" if round(med, 2) >= paper[metric] else " ✗"
+                row += [ms, f"{med:.2f}{mark}"]
+            else:
+                row += ["–", "–"]
+            row.append(f"{paper[metric]:.2f}" if paper else "–")
+        failed = len(c.get("failed_seeds") or {})
+        seeds = ",".join(str(s) for s in c.get("seeds", []))
+        row += [seeds + (f" ({failed} failed)" if failed else ""),
+                f"{c.get('steps', '')}" + (" (smoke)" if c.get("max_epochs") else ""),
+                f"{c.get('seconds', 0):.0f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "Notes:",
+        "* **paper ACC / paper NMI** are the values the paper reports (Peng et al., TCSVT 2021, "
+        "Tables 'Comparison of ACC' and 'Comparison of NMI'); they were not measured here. "
+        "✓ / ✗: the measured median is / is not ≥ the paper's value.",
+        "* **Seeds**: the auto-encoder is pretrained and C starts at a constant, so fine-tuning "
+        "is deterministic: each (dataset, method) was trained once, and the seeds only change "
+        "the spectral clustering of that C (sklearn SpectralClustering's random_state). The "
+        "spread over seeds is therefore the clustering's, not the training's.",
+        "* mean ± std: sample standard deviation (ddof=1) over the seeds; the median over the "
+        "seeds is the headline number. A seed whose clustering failed is listed as failed and "
+        "left out of the statistics (its error is in main_table.json).",
+        "* NMI: sklearn's arithmetic normalisation (mesc_tf.metrics.evaluate); the 'max' "
+        "normalisation the paper names is in main_table.json as nmi_max.",
+        "* Settings: mesc_tf/config.py (config.method_settings), stored per cell in "
+        "main_table.json with the auto-encoder used, the seeds, the timings and the versions.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mesc_tf import data, sweep
+    from mesc_tf.errors import MescError
+
+    start = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = args.out / "main_table.json", args.out / "main_table.md"
+    table = load_table(json_path)
+    data_dir = data.find_data_dir(args.data_dir)
+
+    todo, kept, skipped = [], 0, []
+    for d in args.datasets:
+        try:
+            data.load_dataset(d, data_dir)
+            ae = sweep.resolve_autoencoder(d, args.weights.get(d), args.tf1_checkpoint.get(d))
+        except MescError as e:
+            if args.explicit:
+                raise
+            skipped.append(f"{d} ({e})")
+            continue
+        for m in args.methods:
+            s = cell_settings(d, m, args.max_epochs)
+            if not args.force and cell_is_current(table.get(d, {}).get(m), s, args.seeds, ae):
+                kept += 1
+                continue
+            trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)
+            todo.append((d, m, ae, s, sweep.Group(s, trials, 0, tag=m)))
+    for line in skipped:
+        print(f"skipped {line}")
+    print(f"{len(todo)} cells to run, {kept} kept from {json_path}; seeds {args.seeds}, "
+          f"--jobs {args.jobs}" + (f", SMOKE --max-epochs {args.max_epochs}" if args.max_epochs
+                                   else ""))
+
+    def write(invocation):
+        cli.write_json(json_path, table)
+        from mesc_tf.training import atomic_write_text
+
+        atomic_write_text(md_path, render_md(table, invocation))
+
+    done = 0
+    for res, (d, m, ae, s, _) in _run(todo, args, data_dir):
+        table.setdefault(d, {})[m] = make_cell(res, ae, s, args.seeds, args)
+        done += 1
+        c = table[d][m]
+        acc = f"{100 * sweep.stats(c['acc'])['median']:.2f}" if c["acc"] else "-"
+        nmi = f"{100 * sweep.stats(c['nmi'])['median']:.2f}" if c["nmi"] else "-"
+        print(f"[{done}/{len(todo)}] {d} {m}: median ACC {acc} NMI {nmi} over {len(c['acc'])} "
+              f"seeds, {c['seconds']:.0f} s", flush=True)
+        write(f"Last invocation: {done} of {len(todo)} cells run so far, "
+              f"{time.perf_counter() - start:.0f} s.")
+    wall = time.perf_counter() - start
+    write(f"Last invocation: {len(todo)} cells run and {kept} kept from an earlier run, "
+          f"{wall:.0f} s wall time with --jobs {args.jobs}." +
+          (f" Skipped (no data or auto-encoder): {'; '.join(skipped)}." if skipped else ""))
+    print(f"{json_path}\n{md_path}\n{wall:.0f} s")
+    return table
+
+
+def _run(todo, args, data_dir):
+    """Yield (result, cell) as cells finish, in --jobs worker processes, dataset by dataset
+    (so that a worker loads each dataset once)."""
+    from mesc_tf import sweep
+
+    for d in dict.fromkeys(c[0] for c in todo):
+        cells = {c[1]: c for c in todo if c[0] == d}
+        groups = [c[4] for c in cells.values()]
+        sweep.memory_check(d, min(args.jobs, len(groups)), 1)
+        for res in sweep.run_groups(groups, jobs=args.jobs, threads=args.threads_per_job,
+                                    dataset=d, data_dir=data_dir, ae=next(iter(cells.values()))[2]):
+            yield res, cells[res["tag"]]
+
+
+if __name__ == "__main__":
+    cli.main_guard(main)

@@ -1,0 +1,561 @@
+"""Many settings, few trainings: the engine of ``experiments/sweep.py`` and ``experiments/table.py``.
+
+A *trial* is one (Settings, seed) pair on one dataset with one auto-encoder: fine-tune, cluster,
+score. Trials are not run one by one; they are grouped so that each fine-tuning is done once:
+
+* **Post-clustering settings and seeds share one C.** Fine-tuning from a pretrained auto-encoder
+  is deterministic (C starts at the constant ``coef_init``, full-batch Adam has no randomness,
+  op determinism is on), so every trial that differs only in the post-clustering fields
+  (:data:`POST_FIELDS`: thr, subspace_dim, power, variant) or in the seed (which only seeds the
+  spectral clustering) is clustered from the same trained C. Only with ``--no-pretrain`` does the
+  seed change the training (he_normal initialisation), and then each seed is trained once.
+* **Step counts share one run.** Adam's learning rate is constant, so the C after 50 steps of a
+  200-step run is the C of a 50-step run. ``epochs=50,100,200`` is one 200-step run with a
+  Keras callback (:func:`coef_snapshots`) copying C after steps 50 and 100.
+
+So a training *group* is one value of the training fields other than ``epochs``
+(:data:`TRAIN_FIELDS`), trained for the largest requested step count; all its trials are then
+clustered in the same process. Groups run in parallel worker processes (joblib, loky backend:
+each worker imports TensorFlow once and runs many groups; with more than one job every worker is
+limited to ``threads`` TF and BLAS threads so that the jobs do not fight for the cores).
+
+Every finished trial is appended to a JSON-lines file as one line (``append_jsonl``: file lock,
+one write, flush and fsync), so a kill loses only the trials still running. A trial's key is its
+dataset, the content hash of its auto-encoder, its full Settings and its seed; a rerun skips
+every trial whose key is already in the file (``done_keys``), so an interrupted sweep resumes.
+Training and clustering are the pipeline's own (``pipeline.get_autoencoder``,
+``pipeline.fine_tune``, ``pipeline.cluster``, ``metrics.evaluate``): nothing is re-implemented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import fcntl
+import gc
+import hashlib
+import itertools
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mesc_tf.config import Settings
+from mesc_tf.errors import MescError
+
+# Fields that change the fine-tuning (and so need their own training) ...
+TRAIN_FIELDS = ("framework", "regularizer", "reg1", "reg2", "lr", "epochs", "coef_init",
+                "recon_scale")
+# ... and those that only change the clustering of the trained C.
+POST_FIELDS = ("thr", "subspace_dim", "power", "variant")
+_DEFAULTS = Settings()
+FIELD_TYPES = {f.name: type(getattr(_DEFAULTS, f.name)) for f in dataclasses.fields(Settings)}
+assert set(FIELD_TYPES) == set(TRAIN_FIELDS) | set(POST_FIELDS), "Settings fields changed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: grids and seeds
+
+
+def _parse_value(field: str, text: str):
+    kind = FIELD_TYPES[field]
+    text = text.strip()
+    if kind is str:
+        if not text:
+            raise MescError(f"grid: empty value for {field}; write e.g. {field}=mesc,dsc")
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise MescError(f"grid: {field} value {text!r} is not a number; write e.g. "
+                        f"{field}=1,2") from None
+    if not np.isfinite(value):
+        raise MescError(f"grid: {field} value {text!r} must be finite")
+    if kind is int:
+        if value != int(value):
+            raise MescError(f"grid: {field} takes whole numbers, got {text!r}")
+        return int(value)
+    return value
+
+
+def parse_grid(spec) -> dict[str, list]:
+    """``'reg1=0.5,1 thr=0.1,0.2'`` (or a list of such tokens) → {field: [values...]}.
+
+    Fields are :class:`~mesc_tf.config.Settings` fields; values are converted to the field's type
+    and de-duplicated in order. Raises MescError (one line) for anything malformed.
+    """
+    tokens = spec.split() if isinstance(spec, str) else [t for s in spec for t in str(s).split()]
+    grid: dict[str, list] = {}
+    for token in tokens:
+        field, eq, values = token.partition("=")
+        field = field.strip().replace("-", "_")
+        if not eq or not field:
+            raise MescError(f"grid: {token!r} is not FIELD=V1,V2,...; write e.g. "
+                            "'reg1=0.5,1 thr=0.1,0.2'")
+        if field not in FIELD_TYPES:
+            raise MescError(f"grid: unknown field {field!r}; choose from "
+                            f"{', '.join(FIELD_TYPES)}")
+        if field in grid:
+            raise MescError(f"grid: {field} is given twice; list all its values once, "
+                            f"e.g. {field}=1,2,3")
+        parsed = [_parse_value(field, v) for v in values.split(",") if v.strip()]
+        if not parsed:
+            raise MescError(f"grid: no values for {field}; write e.g. {field}=1,2")
+        grid[field] = list(dict.fromkeys(parsed))
+    return grid
+
+
+def expand_grid(base: Settings, grid: dict[str, list]) -> list[Settings]:
+    """Every combination of the grid's values applied to ``base`` (validated by Settings)."""
+    fields = list(grid)
+    return [base.replace(**dict(zip(fields, combo)))
+            for combo in itertools.product(*(grid[f] for f in fields))]
+
+
+def parse_int_list(spec, what="seeds") -> list[int]:
+    """'0,1,2' or '0-4' (or a list of such) → [0, 1, 2]; de-duplicated, order kept."""
+    tokens = [spec] if isinstance(spec, str) else list(spec)
+    out = []
+    for tok in (t for s in tokens for t in str(s).replace(",", " ").split()):
+        lo, dash, hi = tok.partition("-")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if dash and lo else [int(tok)])
+        except ValueError:
+            raise MescError(f"--{what}: {tok!r} is not a whole number or a range like 0-4") from None
+    if not out:
+        raise MescError(f"--{what}: give at least one value, e.g. 0,1,2")
+    return list(dict.fromkeys(out))
+
+
+def normalized(settings: Settings) -> dict:
+    """Settings as a dict with every value in its field's type (stable keys and JSON)."""
+    return {k: FIELD_TYPES[k](v) for k, v in settings.to_dict().items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Which auto-encoder: resolved and hashed in the parent, loaded in the workers
+
+
+def _sha256(paths) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class AutoencoderSpec:
+    """Where a run's auto-encoder comes from; ``ident`` (kind + content hash) is in trial keys."""
+
+    kind: str  # "pretrained" | "weights" | "tf1" | "none"
+    path: str | None = None
+    sha256: str | None = None
+
+    @property
+    def ident(self) -> str:
+        return "none" if self.kind == "none" else f"{self.kind}:{self.sha256[:16]}"
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether fine-tuning is the same for every seed (weights given, C constant)."""
+        return self.kind != "none"
+
+    def describe(self) -> str:
+        return {"pretrained": f"pretrained {self.path}", "weights": f"weights {self.path}",
+                "tf1": f"TF1 checkpoint {self.path}",
+                "none": "he_normal initialisation (no pretraining)"}[self.kind]
+
+    def load(self, arch, dataset):
+        from mesc_tf import pipeline
+
+        return pipeline.get_autoencoder(
+            arch, dataset=dataset, weights=self.path if self.kind in ("weights", "pretrained") else None,
+            tf1_checkpoint=self.path if self.kind == "tf1" else None,
+            no_pretrain=self.kind == "none")[0]
+
+
+def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=False):
+    """The AutoencoderSpec for these options (same precedence as pipeline.get_autoencoder)."""
+    from mesc_tf import pipeline
+
+    if tf1_checkpoint:
+        prefix = Path(tf1_checkpoint).expanduser().absolute()
+        index = Path(f"{prefix}.index")
+        data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
+        if not index.is_file() or not data:
+            raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
+                            f"{prefix.name}.data-*); give the prefix without .index/.data")
+        return AutoencoderSpec("tf1", str(prefix), _sha256([index, *data]))
+    if weights:
+        path = Path(weights).expanduser().absolute()
+        if not path.is_file():
+            raise MescError(f"auto-encoder weights {path} not found; check --weights")
+        return AutoencoderSpec("weights", str(path), _sha256([path]))
+    if no_pretrain:
+        return AutoencoderSpec("none")
+    path = pipeline.pretrained_path(dataset)
+    if not path.is_file():
+        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
+                        f"`make pretrain-{dataset}`, or pass --weights, --tf1-checkpoint "
+                        "or --no-pretrain")
+    return AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The results file
+
+
+def trial_key(dataset: str, ae_ident: str, settings, seed: int) -> str:
+    s = settings if isinstance(settings, dict) else normalized(settings)
+    s = {k: FIELD_TYPES[k](s[k]) for k in FIELD_TYPES}
+    return json.dumps({"dataset": dataset, "autoencoder": ae_ident, "settings": s,
+                       "seed": int(seed)}, sort_keys=True)
+
+
+def record_key(rec: dict) -> str:
+    return trial_key(rec["dataset"], rec["autoencoder_id"], rec["settings"], rec["seed"])
+
+
+def read_records(path) -> tuple[list[dict], int]:
+    """The trial records of a JSON-lines file and the number of unreadable (torn) lines."""
+    path = Path(path)
+    if not path.exists():
+        return [], 0
+    records, bad = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                record_key(rec)
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            records.append(rec)
+    return records, bad
+
+
+def done_keys(records, retry_errors=False) -> set[str]:
+    return {record_key(r) for r in records if not (retry_errors and r.get("error"))}
+
+
+def append_jsonl(path, record: dict):
+    """Append one JSON line, atomically with respect to other writers, and fsync it.
+
+    A line torn by an earlier kill (no final newline) is closed first, so it stays one bad line
+    that :func:`read_records` skips instead of corrupting this one.
+    """
+    from mesc_tf.cli import _default
+
+    data = (json.dumps(record, default=_default, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    data = b"\n" + data
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: trials → training groups
+
+
+@dataclass(frozen=True)
+class Trial:
+    settings: Settings
+    seed: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """One fine-tuning (``train``, run for ``train.epochs`` steps) and the trials it serves."""
+
+    train: Settings
+    trials: tuple[Trial, ...]
+    init_seed: int  # seeds the runtime before the auto-encoder is built (matters only for "none")
+    tag: object = None  # the caller's label, returned with the result (and the records' method)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({t.settings.epochs for t in self.trials})
+
+
+def plan(settings_list, seeds, ae: AutoencoderSpec, dataset: str, done=frozenset()):
+    """Group the pending trials by training. Returns (groups, number of trials already done)."""
+    groups: dict[tuple, list[Trial]] = {}
+    skipped = 0
+    for s in settings_list:
+        for seed in seeds:
+            if trial_key(dataset, ae.ident, s, seed) in done:
+                skipped += 1
+                continue
+            train = tuple(getattr(s, f) for f in TRAIN_FIELDS if f != "epochs")
+            gkey = train if ae.deterministic else (*train, seed)
+            groups.setdefault(gkey, []).append(Trial(s, int(seed)))
+    out = []
+    for trials in groups.values():
+        first = trials[0]
+        steps = max(t.settings.epochs for t in trials)
+        out.append(Group(first.settings.replace(epochs=steps), tuple(trials),
+                         0 if ae.deterministic else first.seed))
+    return out, skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers
+
+
+_DATA_CACHE: dict = {}
+_THREADS_DONE = False
+
+
+def _limit_threads(threads):
+    """Limit this process' TF thread pools (before TF starts; a no-op once it has)."""
+    global _THREADS_DONE
+    if not threads or _THREADS_DONE:
+        return
+    _THREADS_DONE = True
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+        tf.config.threading.set_inter_op_parallelism_threads(int(threads))
+    except RuntimeError:  # TF already initialised in this process (e.g. the jobs=1 parent)
+        pass
+
+
+def _dataset(dataset, data_dir):
+    from mesc_tf import data
+
+    key = (dataset, str(data_dir))
+    if key not in _DATA_CACHE:
+        _DATA_CACHE.clear()  # one dataset per worker at a time
+        _DATA_CACHE[key] = data.load_dataset(dataset, data_dir)
+    return _DATA_CACHE[key]
+
+
+def coef_snapshots(steps):
+    """A Keras callback that copies C (as float32 numpy) after each step count in ``steps``.
+
+    ``callback.coefs[s]`` is C after ``s`` full-batch steps and ``callback.seconds[s]`` the
+    training time until then; step 0 (C before training) is taken at the start of fit.
+    """
+    import keras
+
+    class CoefSnapshots(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps = sorted({int(s) for s in steps})
+            self.coefs, self.seconds = {}, {}
+
+        def _take(self, step):
+            self.coefs[step] = np.array(self.model.coef.numpy(), dtype=np.float32, copy=True)
+            self.seconds[step] = time.perf_counter() - self._t0
+
+        def on_train_begin(self, logs=None):
+            self._t0 = time.perf_counter()
+            if 0 in self.steps:
+                self._take(0)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 in self.steps:
+                self._take(epoch + 1)
+
+    return CoefSnapshots()
+
+
+# Clustering failures that are a result of the settings (ARPACK not converging, a C without
+# structure, an SVD rank above n, ...): recorded in the trial's line instead of stopping the sweep.
+_CLUSTER_ERRORS = (MescError, ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError)
+
+
+def _one_line(e):
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
+def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=None, out=None,
+              threads=None, verbose=0):
+    """Fine-tune once and cluster every trial of ``group``; the worker side of a sweep.
+
+    Each trial's record is appended to ``out`` (JSON lines) as soon as it is scored, when
+    ``out`` is given. Returns {"records": [...], "seconds": wall time of the whole group,
+    "train_s": ..., "load_s": ...}.
+    """
+    _limit_threads(threads)
+    from mesc_tf import pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.metrics import evaluate, nmi
+    from mesc_tf.training import configure_runtime
+
+    start = time.perf_counter()
+    cfg = get_config(dataset)
+    ds = _dataset(dataset, data_dir)
+    n = len(ds.x)
+    steps = group.steps
+    need = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(len(steps) - 1, 0)
+    if need > pipeline.available_memory():
+        raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
+                        f"{need / 2**30:.1f} GiB; sweep fewer epochs values at once or use "
+                        "--jobs 1")
+    configure_runtime(group.init_seed)
+    autoencoder = ae.load(cfg.arch, dataset)
+    load_s = time.perf_counter() - start
+    snaps = coef_snapshots(steps)
+    model, _history, train_s = pipeline.fine_tune(ds.x, group.train, autoencoder,
+                                                  verbose=verbose, callbacks=[snaps])
+    steps_run = int(model.optimizer.iterations.numpy())
+    # Free the model before clustering (a long-lived worker trains many). Not
+    # keras.backend.clear_session(): in-process (jobs=1) it would also drop the caller's seed.
+    del model, autoencoder
+    gc.collect()
+
+    records = []
+    for trial in sorted(group.trials, key=lambda t: (t.settings.epochs, t.seed)):
+        s = trial.settings
+        rec = {
+            "dataset": dataset, "method": method or group.tag, "seed": trial.seed,
+            "settings": normalized(s), "autoencoder": ae.describe(),
+            "autoencoder_id": ae.ident, "n_samples": n, "metrics": None, "error": None,
+            "shared_training": {"steps_run": steps_run, "snapshots": steps,
+                                "trials": len(group.trials)},
+        }
+        t0 = time.perf_counter()
+        try:
+            labels, post_timings = pipeline.cluster(snaps.coefs[s.epochs], ds.n_clusters, s,
+                                                    seed=trial.seed)
+            rec["metrics"] = {**evaluate(ds.y, labels), "nmi_max": nmi(ds.y, labels, "max")}
+        except _CLUSTER_ERRORS as e:
+            post_timings = {}
+            rec["error"] = _one_line(e)
+        rec["timings"] = {"train_s": snaps.seconds.get(s.epochs, 0.0), "train_run_s": train_s,
+                          "steps": s.epochs, "post_s": time.perf_counter() - t0, **post_timings}
+        rec["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        if out is not None:
+            append_jsonl(out, rec)
+        records.append(rec)
+    return {"records": records, "seconds": time.perf_counter() - start, "train_s": train_s,
+            "load_s": load_s, "steps_run": steps_run, "tag": group.tag}
+
+
+def run_groups(groups, *, jobs=1, threads=None, **kwargs):
+    """Run groups (in ``jobs`` loky worker processes when > 1); yields results as they finish."""
+    if jobs <= 1 or len(groups) <= 1:
+        for g in groups:
+            yield run_group(g, threads=threads, **kwargs)
+        return
+    from joblib import Parallel, delayed
+
+    backend = {"inner_max_num_threads": int(threads)} if threads else {}
+    parallel = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered",
+                        **backend)
+    yield from parallel(delayed(run_group)(g, threads=threads, **kwargs) for g in groups)
+
+
+def memory_check(dataset, n_jobs, n_snapshots):
+    """Refuse a parallel run whose workers together would not fit in memory."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import get_config
+
+    cfg = get_config(dataset)
+    n = cfg.n_samples
+    per_job = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(n_snapshots - 1, 0)
+    have = pipeline.available_memory()
+    if n_jobs * per_job > have:
+        raise MescError(f"{n_jobs} jobs on {dataset} need about {n_jobs * per_job / 2**30:.1f} "
+                        f"GiB but {have / 2**30:.1f} GiB is available; use fewer --jobs or "
+                        "fewer epochs values")
+
+
+# ---------------------------------------------------------------------------------------------
+# Summaries
+
+
+def stats(values) -> dict:
+    """median, mean and sample std (ddof=1; 0 for one value) of a list of numbers."""
+    v = np.asarray(values, np.float64)
+    return {"median": float(np.median(v)), "mean": float(v.mean()),
+            "std": float(v.std(ddof=1)) if v.size > 1 else 0.0, "n": int(v.size)}
+
+
+def summarize(records, keys=None) -> list[dict]:
+    """Per setting (over seeds): ACC/NMI stats, best first by median ACC, then mean ACC.
+
+    ``keys`` restricts to those trial keys (e.g. the current grid). Failed trials are counted
+    in ``errors`` and left out of the statistics.
+    """
+    rows: dict[str, dict] = {}
+    for r in records:
+        if keys is not None and record_key(r) not in keys:
+            continue
+        skey = json.dumps({"ae": r["autoencoder_id"], "s": r["settings"]}, sort_keys=True)
+        row = rows.setdefault(skey, {"settings": r["settings"], "autoencoder_id":
+                                     r["autoencoder_id"], "seeds": [], "acc": [], "nmi": [],
+                                     "errors": 0, "train_s": r["timings"].get("train_s")})
+        if r.get("error") or not r.get("metrics"):
+            row["errors"] += 1
+            continue
+        row["seeds"].append(r["seed"])
+        row["acc"].append(r["metrics"]["acc"])
+        row["nmi"].append(r["metrics"]["nmi"])
+    out = []
+    for row in rows.values():
+        if row["acc"]:
+            row["acc_stats"], row["nmi_stats"] = stats(row["acc"]), stats(row["nmi"])
+        out.append(row)
+    out.sort(key=lambda r: (-(r["acc_stats"]["median"] if r["acc"] else -1),
+                            -(r["acc_stats"]["mean"] if r["acc"] else -1)))
+    return out
+
+
+def format_summary(rows, top=10, fields=None) -> str:
+    """A plain-text table of the best ``top`` rows; ``fields`` are the settings to show."""
+    if not rows:
+        return "no finished trials"
+    if fields is None:  # the fields that vary
+        fields = [f for f in FIELD_TYPES if len({json.dumps(r["settings"][f]) for r in rows}) > 1]
+    head = ["rank", *fields, "ACC median", "ACC mean ± std", "NMI median", "NMI mean ± std",
+            "seeds", "failed"]
+    lines = []
+    for i, r in enumerate(rows[:top], 1):
+        vals = [str(i)] + [f"{r['settings'][f]:g}" if isinstance(r["settings"][f], float)
+                           else str(r["settings"][f]) for f in fields]
+        if r["acc"]:
+            a, m = r["acc_stats"], r["nmi_stats"]
+            vals += [f"{100 * a['median']:.2f}", f"{100 * a['mean']:.2f} ± {100 * a['std']:.2f}",
+                     f"{100 * m['median']:.2f}", f"{100 * m['mean']:.2f} ± {100 * m['std']:.2f}"]
+        else:
+            vals += ["-"] * 4
+        vals += [str(len(r["seeds"])), str(r["errors"])]
+        lines.append(vals)
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head)] + [fmt.format(*v) for v in lines])
+
+
+def machine() -> dict:
+    """The machine a result was measured on: usable cores and the CPU model."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    import platform
+
+    return {"cores": cores, "cpu": cpu or platform.processor(), "platform": platform.platform()}

@@ -1,0 +1,211 @@
+"""experiments/sweep.py, experiments/table.py and their engine mesc_tf/sweep.py.
+
+Fast: grid parsing, planning and the results file need no training; the real runs use tiny
+problems (toy: 216 images, 4 steps; ORL: 2 steps, one method, 2 seeds).
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mesc_tf import sweep
+from mesc_tf.config import Settings, method_settings
+from mesc_tf.errors import MescError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(f"_exp_{name}", REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- grids, seeds, plans ---------------------------------------------------------------------
+
+
+def test_parse_grid_types_and_order():
+    grid = sweep.parse_grid("reg1=0.5,1,2 epochs=100,200,100 thr=3e-2 variant=mesc,dsc")
+    assert grid == {"reg1": [0.5, 1.0, 2.0], "epochs": [100, 200], "thr": [0.03],
+                    "variant": ["mesc", "dsc"]}
+    assert isinstance(grid["epochs"][0], int) and isinstance(grid["reg1"][1], float)
+    assert sweep.parse_grid(["reg1=1", "subspace-dim=3,4"]) == {"reg1": [1.0], "subspace_dim": [3, 4]}
+    assert sweep.parse_grid("") == {}
+    assert sweep.parse_int_list("0-2,5") == [0, 1, 2, 5]
+
+
+@pytest.mark.parametrize("bad", ["reg1", "reg1=", "nope=1", "reg1=x", "epochs=1.5", "thr=inf",
+                                 "reg1=1 reg1=2", "=1"])
+def test_parse_grid_errors_are_one_line(bad):
+    with pytest.raises(MescError) as e:
+        sweep.parse_grid(bad)
+    assert "\n" not in str(e.value) and str(e.value).startswith("grid:")
+
+
+def test_invalid_setting_in_grid_is_refused():
+    with pytest.raises(MescError, match="--thr must be > 0"):
+        sweep.expand_grid(Settings(), sweep.parse_grid("thr=0.1,-1"))
+
+
+def test_cli_bad_grid_is_one_line_exit_2():
+    p = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--dataset", "orl",
+                        "--grid", "reg1=1 bogus=2", "--dry-run"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: grid: unknown field 'bogus'")
+
+
+def test_plan_shares_training_across_post_settings_seeds_and_steps():
+    base = method_settings("toy", "our")
+    settings = sweep.expand_grid(base, sweep.parse_grid("reg1=1,2 epochs=5,10 thr=0.1,0.2"))
+    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    groups, skipped = sweep.plan(settings, [0, 1], ae, "toy")
+    assert skipped == 0 and len(groups) == 2  # one training per reg1
+    assert all(g.train.epochs == 10 and g.steps == [5, 10] and len(g.trials) == 8 for g in groups)
+    # Without pretraining the seed changes the initial weights: one training per seed too.
+    groups, _ = sweep.plan(settings, [0, 1], sweep.AutoencoderSpec("none"), "toy")
+    assert len(groups) == 4 and sorted(g.init_seed for g in groups) == [0, 0, 1, 1]
+    # Resume: finished trials are skipped, a group with nothing left is not trained.
+    done = {sweep.trial_key("toy", ae.ident, s, seed) for s in settings if s.reg1 == 1
+            for seed in (0, 1)}
+    groups, skipped = sweep.plan(settings, [0, 1], ae, "toy", done)
+    assert skipped == 8 and len(groups) == 1 and groups[0].train.reg1 == 2
+
+
+def test_results_file_survives_a_torn_line(tmp_path):
+    out = tmp_path / "s.jsonl"
+    rec = {"dataset": "toy", "autoencoder_id": "none", "settings": Settings().to_dict(), "seed": 0}
+    sweep.append_jsonl(out, rec)
+    with open(out, "a") as f:
+        f.write('{"dataset": "toy", "autoenc')  # a kill in the middle of a write
+    sweep.append_jsonl(out, {**rec, "seed": 1})
+    records, bad = sweep.read_records(out)
+    assert [r["seed"] for r in records] == [0, 1] and bad == 1
+    assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s) for s in (0, 1)}
+
+
+def test_summary_ranks_by_median_acc():
+    def rec(reg1, seed, acc):
+        return {"dataset": "toy", "autoencoder_id": "none", "seed": seed, "error": None,
+                "settings": Settings(reg1=reg1).to_dict(), "timings": {},
+                "metrics": {"acc": acc, "nmi": acc}}
+
+    records = [rec(1.0, 0, 0.9), rec(1.0, 1, 0.1), rec(1.0, 2, 0.2),  # mean 0.4, median 0.2
+               rec(2.0, 0, 0.3), rec(2.0, 1, 0.3), rec(2.0, 2, 0.3)]
+    rows = sweep.summarize(records)
+    assert [r["settings"]["reg1"] for r in rows] == [2.0, 1.0]
+    assert rows[1]["acc_stats"]["mean"] == pytest.approx(0.4)
+    text = sweep.format_summary(rows)
+    assert "reg1" in text and "30.00 ± 0.00" in text
+
+
+# --- real runs ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def toy_weights(tmp_path_factory):
+    """A he_normal toy auto-encoder saved as .h5 (seeded), so fine-tuning is deterministic."""
+    from mesc_tf.config import get_config
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.training import configure_runtime
+    from mesc_tf.weights import save_autoencoder
+
+    configure_runtime(0)
+    ae = ConvAutoEncoder(get_config("toy").arch).build_for_input()
+    return save_autoencoder(ae, tmp_path_factory.mktemp("ae") / "toy.h5")
+
+
+def test_snapshot_equals_a_shorter_run(toy_weights):
+    """C after 2 steps of a 4-step run is the C of a 2-step run (the steps sweep relies on it)."""
+    from mesc_tf import pipeline
+    from mesc_tf.weights import load_autoencoder
+
+    x = np.random.default_rng(0).random((24, 32, 32, 1), dtype=np.float32)
+    s = method_settings("toy", "our").replace(lr=1e-3)
+    snaps = sweep.coef_snapshots([2, 4])
+    model, _, _ = pipeline.fine_tune(x, s.replace(epochs=4), load_autoencoder(toy_weights)[0],
+                                     verbose=0, callbacks=[snaps])
+    short, _, _ = pipeline.fine_tune(x, s.replace(epochs=2), load_autoencoder(toy_weights)[0],
+                                     verbose=0)
+    assert sorted(snaps.coefs) == [2, 4]
+    np.testing.assert_array_equal(snaps.coefs[4], model.coef.numpy())
+    np.testing.assert_array_equal(snaps.coefs[2], short.coef.numpy())
+    assert not np.array_equal(snaps.coefs[2], snaps.coefs[4])
+
+
+def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path, capsys,
+                                             monkeypatch):
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    mod = _script("sweep")
+    out = tmp_path / "toy.jsonl"
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--out", str(out),
+            "--seeds", "0,1", "--grid", "epochs=2,4 thr=0.1,0.3"]
+    mod.main(argv)
+    records, bad = sweep.read_records(out)
+    assert len(records) == 8 and bad == 0
+    r = records[0]
+    assert set(r["metrics"]) >= {"acc", "nmi"} and r["timings"]["steps"] in (2, 4)
+    assert r["shared_training"] == {"steps_run": 4, "snapshots": [2, 4], "trials": 8}
+    assert "best settings by median ACC" in capsys.readouterr().out
+
+    # A killed sweep (three lines lost, one torn), rerun with a larger grid: only the lost
+    # trials and the new ones run; then a rerun of a finished sweep runs nothing.
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:5]) + lines[5][:40])
+    argv[-1] = "epochs=2,4 thr=0.1,0.3,0.5"
+    mod.main(argv)
+    assert "5 already in" in capsys.readouterr().out
+    records, bad = sweep.read_records(out)
+    assert len(records) == 12 and len(sweep.done_keys(records)) == 12 and bad == 1
+    mod.main(argv)
+    printed = capsys.readouterr().out
+    assert "12 already in" in printed and "0 to run in 0 trainings" in printed
+    assert len(sweep.read_records(out)[0]) == 12
+
+
+def test_table_smoke_on_orl(shared_data, tf1_ckpts, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    mod = _script("table")
+    argv = ["--datasets", "orl", "--methods", "dsc_l1", "--seeds", "0,1", "--max-epochs", "2",
+            "--tf1-checkpoint", f"orl={tf1_ckpts['orl']}", "--out", str(tmp_path)]
+    mod.main(argv)
+    table = json.loads((tmp_path / "main_table.json").read_text())
+    cell = table["orl"]["dsc_l1"]
+    assert cell["seeds"] == [0, 1] and len(cell["acc"]) == len(cell["nmi"]) == 2
+    assert cell["settings"]["epochs"] == 2 and cell["max_epochs"] == 2 and cell["seconds"] > 0
+    md = (tmp_path / "main_table.md").read_text()
+    assert "SMOKE TEST" in md and "deterministic" in md and "cores" in md
+    row = next(line for line in md.splitlines() if line.startswith("| orl | DSC-Net-L1"))
+    median = 100 * float(np.median(cell["acc"]))
+    assert f"{median:.2f}" in row and "| 85.75 |" in row and "| 90.23 |" in row  # paper's
+    capsys.readouterr()
+    # Rerun: the finished cell is kept, nothing is trained.
+    mod.main(argv)
+    assert "0 cells to run, 1 kept" in capsys.readouterr().out
+    assert json.loads((tmp_path / "main_table.json").read_text()) == table
+
+
+def test_table_md_puts_paper_values_beside_measured():
+    mod = _script("table")
+    cell = {"acc": [0.91, 0.905, 0.90], "nmi": [0.94, 0.935, 0.93], "seeds": [0, 1, 2],
+            "settings": {}, "seconds": 12.0, "steps": 127,
+            "machine": {"cpu": "test cpu", "cores": 2}}
+    md = mod.render_md({"orl": {"our": cell}}, "")
+    row = next(line for line in md.splitlines() if line.startswith("| orl |"))
+    assert row.split(" | ")[2:8] == ["90.50 ± 0.50", "90.50 ✓", "90.25", "93.50 ± 0.50",
+                                     "93.50 ✗", "93.59"]
+    assert "test cpu (2 cores)" in md and "SMOKE" not in md
+
+
+def test_table_bad_options_are_one_line():
+    p = subprocess.run([sys.executable, str(REPO / "experiments" / "table.py"), "--datasets",
+                        "orl,nope"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "MESC_DATA_DIR": "/nonexistent"})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "unknown dataset 'nope'" in p.stderr
