@@ -1,0 +1,367 @@
+"""A scikit-learn estimator that clusters a user's own images with MESC-Net (or DSC-Net).
+
+    from mesc_tf import MESCClustering
+    labels = MESCClustering(n_clusters=3).fit_predict(images)     # (n, h, w) or (n, h, w, 1)
+
+:class:`MESCClustering` is a thin wrapper around :mod:`mesc_tf.pipeline`, the code path that
+``experiments/pretrain.py`` and ``experiments/run.py`` use: ``fit`` seeds every random source
+with :func:`mesc_tf.training.configure_runtime`, loads the auto-encoder from ``weights`` (as
+``run.py --weights``) or pretrains one on ``X`` with :func:`mesc_tf.pipeline.pretrain` (as
+``pretrain.py``), then calls :func:`mesc_tf.pipeline.run` (fine-tuning + thrC + post_proC +
+spectral clustering). For the same images, settings, weights and seed it therefore gives the
+same C and labels as the command line, bit for bit on CPU.
+
+Subspace clustering is transductive: it clusters the images it is fitted on and has no
+``predict`` for new images (fit again on the union instead).
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from mesc_tf.config import Architecture, Pretrain, Settings
+from mesc_tf.data import validate_images
+from mesc_tf.errors import MescError
+
+# The architecture of the digit and face benchmarks (USPS 16x16, MNIST 28x28, EYaleB 48x42).
+DEEP_KERNELS, DEEP_CHANNELS = (5, 3, 3), (10, 20, 30)
+# The one-layer architecture of COIL20 and the toy set, for images smaller than 16 pixels.
+SHALLOW_KERNELS, SHALLOW_CHANNELS = (3,), (15,)
+_PICKLED_AE = "__mesc_tf_autoencoder__"
+
+
+def default_architecture(image_shape) -> Architecture:
+    """The auto-encoder used when ``kernels`` and ``channels`` are not given.
+
+    Images whose shorter side is at least 16 pixels get the 3-layer encoder of the digit and
+    face benchmarks: kernels (5, 3, 3), channels (10, 20, 30), i.e. an h/8 × w/8 × 30 latent
+    code (120 numbers for 16×16, 480 for 32×32). Smaller images get the 1-layer encoder of
+    COIL20: kernel 3, 15 channels (h/2 × w/2 × 15).
+    """
+    h, w = (int(s) for s in image_shape)
+    if min(h, w) >= 16:
+        return Architecture((h, w), DEEP_KERNELS, DEEP_CHANNELS)
+    return Architecture((h, w), SHALLOW_KERNELS, SHALLOW_CHANNELS)
+
+
+class MESCClustering(ClusterMixin, BaseEstimator):
+    """Deep subspace clustering of grey images: MESC-Net by default, DSC-Net on request.
+
+    Parameters
+    ----------
+    n_clusters : int
+        Number of clusters K (required).
+    framework : {'decoupled', 'coupled'}, default='decoupled'
+        'decoupled' is MESC-Net (the decoder sees Z); 'coupled' is DSC-Net (it sees C·Z).
+    regularizer : {'entropy', 'l1', 'l2', 'nuclear'}, default='entropy'
+        Regulariser on C: MESC's maximum entropy, or DSC-Net's Σ|C| / Σ C², or nuclear.
+    reg1, reg2, lr, epochs, coef_init, recon_scale : fine-tuning settings
+        Weight of the regulariser, weight of ½Σ(Z − CZ)², Adam learning rate, number of
+        full-batch Adam steps, initial value of every entry of C, weight of the
+        reconstruction term. Defaults: the released MESC-Net settings (COIL40), see
+        :class:`mesc_tf.config.Settings`; the constants are the code's (paper's λ = reg / 4).
+    thr, subspace_dim, power, variant : post-clustering settings
+        thrC ratio ρ, post_proC d (SVD rank d·K + 1, clipped to n − 1), post_proC exponent and
+        pre-treatment of C ('mesc', 'dsc' or 'dsc_diag'); see :mod:`mesc_tf.postcluster`.
+    kernels, channels : int or sequence of int, default=None
+        Encoder layers (one stride-2 'same' conv per pair). ``None`` (both) picks
+        :func:`default_architecture` for the image size, or the architecture stored in
+        ``weights``. An int is repeated to the length of the other.
+    weights : str or path, default=None
+        A project ``.h5`` auto-encoder (``experiments/pretrain.py`` or
+        :func:`mesc_tf.save_autoencoder`) to start fine-tuning from. ``None``: pretrain an
+        auto-encoder on ``X`` first.
+    pretrain_lr, pretrain_steps, pretrain_patience, pretrain_min_delta : pretraining schedule
+        Full-batch Adam on ½Σ(x_r − x)², at most ``pretrain_steps`` steps, stopped when the
+        relative reconstruction error has not improved by ``pretrain_min_delta`` for
+        ``pretrain_patience`` steps; the best weights are kept (:class:`mesc_tf.config.Pretrain`).
+        ``pretrain_steps=0`` fine-tunes from the seeded he_normal initialisation instead (the
+        ablation without pretraining, ``run.py --no-pretrain``). Unused when ``weights`` is given.
+    image_shape : (int, int), default=None
+        Lets ``X`` be 2-D (n, h·w), each row an image in row-major (C) order; also checks
+        the size of 3-D input.
+    random_state : int, RandomState or None, default=0
+        Seeds Python, NumPy and TensorFlow (initialisation) and the spectral clustering.
+    verbose : int, default=0
+        0: silent; 1: Keras progress bars and a line on the auto-encoder used.
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (n,), int64
+        Cluster of each image, 0..K-1.
+    affinity_ : ndarray of shape (n, n), float32
+        The learned self-expression matrix C after the last step (row i: coefficients of
+        image i), before thrC / post_proC.
+    encoder_ : mesc_tf.model.ConvAutoEncoder
+        The fine-tuned Keras auto-encoder: ``encoder_.encode(x)`` gives latent maps,
+        ``encoder_(x)`` reconstructions; :meth:`encode` gives flattened codes as NumPy.
+    architecture_ : mesc_tf.config.Architecture
+    settings_ : mesc_tf.config.Settings
+        The fine-tuning and clustering settings that were used.
+    image_shape_ : tuple (h, w)
+    n_features_in_ : int
+        Pixels per image, h·w.
+    n_iter_ : int
+        Fine-tuning steps run.
+    history_ : dict of str to ndarray
+        Per-step fine-tuning loss terms ('loss', 'recon', 'reg', 'selfexp'), before each step.
+    pretrain_info_ : dict or None
+        Pretraining steps, best step, relative reconstruction error, seconds and history;
+        ``None`` when ``weights`` was given or ``pretrain_steps=0``.
+    weights_source_ : str
+        Where the starting auto-encoder came from.
+    timings_ : dict
+        Seconds spent pretraining, fine-tuning and post-clustering.
+    """
+
+    def __init__(self, n_clusters, *, framework=Settings.framework,
+                 regularizer=Settings.regularizer, reg1=Settings.reg1, reg2=Settings.reg2,
+                 lr=Settings.lr, epochs=Settings.epochs, coef_init=Settings.coef_init,
+                 recon_scale=Settings.recon_scale, thr=Settings.thr,
+                 subspace_dim=Settings.subspace_dim, power=Settings.power,
+                 variant=Settings.variant, kernels=None, channels=None, weights=None,
+                 pretrain_lr=Pretrain.lr, pretrain_steps=Pretrain.max_steps,
+                 pretrain_patience=Pretrain.patience, pretrain_min_delta=Pretrain.min_delta,
+                 image_shape=None, random_state=0, verbose=0):
+        self.n_clusters = n_clusters
+        self.framework = framework
+        self.regularizer = regularizer
+        self.reg1 = reg1
+        self.reg2 = reg2
+        self.lr = lr
+        self.epochs = epochs
+        self.coef_init = coef_init
+        self.recon_scale = recon_scale
+        self.thr = thr
+        self.subspace_dim = subspace_dim
+        self.power = power
+        self.variant = variant
+        self.kernels = kernels
+        self.channels = channels
+        self.weights = weights
+        self.pretrain_lr = pretrain_lr
+        self.pretrain_steps = pretrain_steps
+        self.pretrain_patience = pretrain_patience
+        self.pretrain_min_delta = pretrain_min_delta
+        self.image_shape = image_shape
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -----------------------------------------------------------------------------------------
+    # Parameters → project objects (all checks happen here, in fit, as scikit-learn wants)
+
+    def _settings(self) -> Settings:
+        try:
+            return self._make_settings()
+        except TypeError as e:  # e.g. a string where a number belongs
+            raise MescError(f"invalid fine-tuning or clustering parameter ({e})") from None
+
+    def _make_settings(self) -> Settings:
+        return Settings(framework=self.framework, regularizer=self.regularizer, reg1=self.reg1,
+                        reg2=self.reg2, lr=self.lr, epochs=self.epochs,
+                        coef_init=self.coef_init, recon_scale=self.recon_scale, thr=self.thr,
+                        subspace_dim=self.subspace_dim, power=self.power, variant=self.variant)
+
+    def _schedule(self) -> Pretrain:
+        s = Pretrain(lr=self.pretrain_lr, max_steps=self.pretrain_steps,
+                     patience=self.pretrain_patience, min_delta=self.pretrain_min_delta)
+        if not (isinstance(s.lr, numbers.Real) and s.lr > 0):
+            raise MescError(f"pretrain_lr must be a number > 0, got {s.lr!r}")
+        if not _is_int(s.max_steps) or s.max_steps < 0:
+            raise MescError(f"pretrain_steps must be a whole number >= 0 (0: no pretraining), "
+                            f"got {s.max_steps!r}")
+        if not _is_int(s.patience) or s.patience < 1:
+            raise MescError(f"pretrain_patience must be a whole number >= 1, got {s.patience!r}")
+        if not (isinstance(s.min_delta, numbers.Real) and s.min_delta >= 0):
+            raise MescError(f"pretrain_min_delta must be a number >= 0, got {s.min_delta!r}")
+        return s
+
+    def _seed(self):
+        rs = self.random_state
+        if rs is None:
+            return None
+        if _is_int(rs):
+            return int(rs)
+        if isinstance(rs, np.random.RandomState):
+            return int(check_random_state(rs).randint(2**31 - 1))
+        raise MescError(f"random_state must be None, an int or a numpy RandomState, got {rs!r}")
+
+    def _n_clusters(self) -> int:
+        if not _is_int(self.n_clusters) or self.n_clusters < 1:
+            raise MescError(f"n_clusters must be a whole number >= 1, got {self.n_clusters!r}")
+        return int(self.n_clusters)
+
+    def _image_shape_param(self):
+        if self.image_shape is None:
+            return None
+        shape = tuple(self.image_shape) if np.ndim(self.image_shape) == 1 else ()
+        if len(shape) != 2 or not all(_is_int(s) and s >= 1 for s in shape):
+            raise MescError(f"image_shape must be (height, width), got {self.image_shape!r}")
+        return tuple(int(s) for s in shape)
+
+    def _architecture(self, image_shape) -> Architecture:
+        """The architecture from kernels/channels, else from weights, else the default."""
+        if self.kernels is None and self.channels is None:
+            if self.weights is not None:
+                from mesc_tf.weights import read_autoencoder_file
+
+                return read_autoencoder_file(self.weights)[0]
+            return default_architecture(image_shape)
+        if self.kernels is None or self.channels is None:
+            raise MescError("give both kernels and channels (one per encoder layer), or neither "
+                            "for the default architecture")
+        kernels = _int_tuple(self.kernels, "kernels")
+        channels = _int_tuple(self.channels, "channels")
+        if len(kernels) == 1 and _is_int(self.kernels):
+            kernels = kernels * len(channels)
+        if len(channels) == 1 and _is_int(self.channels):
+            channels = channels * len(kernels)
+        return Architecture(tuple(image_shape), kernels, channels)
+
+    def _validate_images(self, X, n_clusters=None, image_shape=None, where="X"):
+        """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``."""
+        given = self._image_shape_param()
+        X = _as_array(X, where)
+        if X.ndim == 2:
+            if given is None:
+                raise MescError(f"{where} is 2-D {X.shape}; pass images as (n, height, width) or "
+                                "(n, height, width, 1), or give image_shape=(height, width) to "
+                                "read each row as one image")
+            if given[0] * given[1] != X.shape[1]:
+                raise MescError(f"{where} has {X.shape[1]} values per row but image_shape "
+                                f"{given} has {given[0] * given[1]} pixels; give the right "
+                                "image_shape")
+            X = X.reshape(X.shape[0], *given)
+        if given is not None and image_shape is not None and given != tuple(image_shape):
+            raise MescError(f"image_shape {given} differs from the auto-encoder's "
+                            f"{tuple(image_shape)}; leave image_shape out or use matching weights")
+        return validate_images(X, n_clusters=n_clusters, image_shape=image_shape or given,
+                               where=where)
+
+    # -----------------------------------------------------------------------------------------
+    # scikit-learn API
+
+    def fit(self, X, y=None):
+        """Pretrain (unless ``weights``), fine-tune and cluster the images ``X``.
+
+        ``X``: (n, h, w) or (n, h, w, 1) array of grey images in any consistent pixel scale
+        (the one ``weights`` was trained on, if given; [0, 1] works well otherwise), or
+        (n, h·w) with ``image_shape``. ``y`` is ignored. Returns self.
+        """
+        from mesc_tf import pipeline
+        from mesc_tf.training import configure_runtime
+
+        k = self._n_clusters()
+        settings = self._settings()
+        schedule = self._schedule() if self.weights is None else None
+        seed = self._seed()
+        if self.weights is not None and self.kernels is None and self.channels is None:
+            arch = self._architecture(None)  # the one stored in the weights file
+            x = self._validate_images(X, n_clusters=k, image_shape=arch.image_shape)
+        else:
+            x = self._validate_images(X, n_clusters=k)
+            arch = self._architecture(x.shape[1:3])
+        pipeline.check_memory(len(x), arch)
+
+        # The order of experiments/pretrain.py followed by experiments/run.py.
+        configure_runtime(seed)
+        timings = {"pretrain_s": 0.0}
+        pretrain_info = None
+        if self.weights is not None:
+            ae, source = pipeline.get_autoencoder(arch, weights=self.weights)
+        elif schedule.max_steps == 0:  # as run.py --no-pretrain
+            ae, source = pipeline.get_autoencoder(arch, no_pretrain=True)
+        else:
+            start = time.perf_counter()
+            ae, pretrain_info = pipeline.pretrain(x, arch, schedule, verbose=self.verbose)
+            timings["pretrain_s"] = time.perf_counter() - start
+            source = (f"pretrained on X ({pretrain_info['steps']} steps, relative error "
+                      f"{pretrain_info['relative_error']:.4f})")
+            configure_runtime(seed)  # run.py seeds again before fine-tuning
+        if self.verbose:
+            print(f"MESCClustering: {len(x)} images {x.shape[1:3]}, {k} clusters; "
+                  f"auto-encoder: {source}")
+        result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=self.verbose)
+
+        self.labels_ = np.asarray(result["labels"], dtype=np.int64)
+        self.affinity_ = np.asarray(result["coef"], dtype=np.float32)
+        self.encoder_ = ae  # fine-tuned in place: the MESCNet model wraps this object
+        self.architecture_ = arch
+        self.settings_ = settings
+        self.image_shape_ = tuple(int(s) for s in x.shape[1:3])
+        self.n_features_in_ = int(x.shape[1] * x.shape[2])
+        self.n_iter_ = int(result["timings"]["steps"])
+        self.history_ = result["history"]
+        self.pretrain_info_ = pretrain_info
+        self.weights_source_ = source
+        self.timings_ = {**timings, **result["timings"]}
+        return self
+
+    def encode(self, X, batch_size=1024):
+        """Latent codes of the fine-tuned encoder, flattened: float32 (n, h'·w'·channels)."""
+        import tensorflow as tf
+
+        check_is_fitted(self, "encoder_")
+        x = self._validate_images(X, image_shape=self.image_shape_)
+        codes = [self.encoder_.encode(tf.convert_to_tensor(x[i:i + batch_size])).numpy()
+                 for i in range(0, len(x), batch_size)]
+        return np.concatenate(codes).reshape(len(x), -1)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False  # images; 2-D rows only with image_shape
+        tags.input_tags.three_d_array = True
+        tags.non_deterministic = False  # given random_state, on CPU
+        return tags
+
+    # Pickling (and copy.deepcopy): the Keras auto-encoder travels as architecture + arrays.
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        ae = state.get("encoder_")
+        if ae is not None and not isinstance(ae, dict):
+            state["encoder_"] = {
+                _PICKLED_AE: 1, "architecture": ae.arch.to_dict(),
+                "weights": {layer.name: (layer.kernel.numpy(), layer.bias.numpy())
+                            for layer in ae.named_layers}}
+        return state
+
+    def __setstate__(self, state):
+        ae = state.get("encoder_")
+        if isinstance(ae, dict) and ae.get(_PICKLED_AE):
+            from mesc_tf.model import ConvAutoEncoder
+            from mesc_tf.weights import assign_weights
+
+            model = ConvAutoEncoder(Architecture.from_dict(ae["architecture"])).build_for_input()
+            assign_weights(model, ae["weights"], "pickled MESCClustering")
+            state = {**state, "encoder_": model}
+        super().__setstate__(state)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _int_tuple(value, name) -> tuple[int, ...]:
+    values = (value,) if _is_int(value) else tuple(value) if np.ndim(value) == 1 else None
+    if not values or not all(_is_int(v) and v >= 1 for v in values):
+        raise MescError(f"{name} must be a whole number >= 1 or a non-empty sequence of them, "
+                        f"got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _as_array(X, where):
+    """X as a NumPy array; a clear ValueError for what NumPy cannot turn into one."""
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise MescError(f"{where} is a sparse matrix; pass a dense array of images")
+    try:
+        return np.asarray(X)
+    except (ValueError, TypeError) as e:
+        raise MescError(f"{where} is not an array of images ({e}); pass a numeric array of "
+                        "shape (n, height, width)") from None
