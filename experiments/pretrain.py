@@ -7,6 +7,7 @@ reconstruction error has not improved by --min-delta for --patience steps, or af
 --max-steps; keeps the best weights. Defaults per dataset are in mesc_tf/config.py.
 """
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -31,10 +32,19 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue an interrupted pretraining")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard logs to DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        p.error("--checkpoint-every must be >= 1")
+    for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 1, ">= 1"),
+                           ("patience", lambda v: v >= 0, ">= 0"),
+                           ("min_delta", lambda v: v >= 0, ">= 0")):
+        value = getattr(args, name)
+        if value is not None and not ok(value):
+            p.error(f"--{name.replace('_', '-')} must be {need}, got {value}")
+    return args
 
 
-def main(argv=None):
+def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config
@@ -46,11 +56,19 @@ def main(argv=None):
     schedule = cfg.pretrain.replace(lr=args.lr, max_steps=args.max_steps,
                                     patience=args.patience, min_delta=args.min_delta)
     out = Path(args.out) if args.out else pipeline.pretrained_path(args.dataset)
-    if out.exists() and not args.force:
-        raise MescError(f"{out} exists; pass --force to replace it or --out to write elsewhere")
-    backup = out.with_name(out.stem + ".checkpoint") if (args.checkpoint_every or args.resume) else None
-    if args.resume and not (backup / "state.json").exists():
-        raise MescError(f"nothing to resume at {backup}; start with --checkpoint-every N")
+    # Before the (long) training: refuse to replace a result, and check it can be written.
+    made = cli.prepare_out_file(out, force=args.force, what="output")
+    if cleanup is not None:
+        cleanup.extend(made)
+    ckpt = out.with_name(out.stem + ".checkpoint")
+    backup = ckpt if (args.checkpoint_every or args.resume) else None
+    if args.resume and not (ckpt / "state.json").exists():
+        raise MescError(f"nothing to resume at {ckpt}; start with --checkpoint-every N")
+    if not args.resume and (ckpt / "state.json").exists():
+        if not args.force:
+            raise MescError(f"{ckpt} holds the checkpoint of an unfinished pretraining; pass "
+                            "--resume to continue it or --force to start over")
+        shutil.rmtree(ckpt)
     ds = data.load_dataset(args.dataset, args.data_dir)
     configure_runtime(args.seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
@@ -69,10 +87,13 @@ def main(argv=None):
         "versions": cli.versions(),
     }
     save_autoencoder(ae, out, meta)
+    if backup is not None:  # the result is safe; its checkpoint would only be stale now
+        shutil.rmtree(backup, ignore_errors=True)
     print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
           f"{info['relative_error']:.5f}; wrote {out}")
     return meta
 
 
 if __name__ == "__main__":
-    cli.main_guard(main)
+    _cleanup = []
+    cli.main_guard(lambda: main(cleanup=_cleanup), _cleanup)

@@ -48,8 +48,6 @@ def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config
-    from mesc_tf.errors import MescError
-    from mesc_tf.training import configure_runtime
 
     cfg = get_config(args.dataset)
     settings = cli.settings_from_args(cfg.mesc, args)
@@ -63,9 +61,21 @@ def main(argv=None, cleanup=None):
     if created and cleanup is not None:
         cleanup.append(out)
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
-    if args.resume and not (backup / "state.json").exists():
-        raise MescError(f"nothing to resume in {out} (no checkpoint/state.json); start the run "
-                        "with --checkpoint-every N")
+    saved = _check_checkpoint(args, out, settings)
+    if args.resume and args.checkpoint_every is None:  # keep saving as the first run did
+        args.checkpoint_every = saved.get("checkpoint_every")
+    if args.save_coef:
+        made = cli.prepare_out_file(args.save_coef, force=args.force or args.resume,
+                                    what="--save-coef file")
+        if cleanup is not None:
+            cleanup.extend(made)
+
+    if backup is not None and not args.resume:
+        backup.mkdir(parents=True, exist_ok=True)
+        cli.write_json(backup / "run.json", {**_run_identity(args, settings),
+                                             "checkpoint_every": args.checkpoint_every})
+
+    from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
 
     configure_runtime(args.seed)
     ae, ae_source = pipeline.get_autoencoder(
@@ -91,6 +101,57 @@ def main(argv=None, cleanup=None):
     })
     print(f"results: {out / 'results.json'}")
     return result
+
+
+def _run_identity(args, settings):
+    """What a checkpoint must agree on to be resumed (--epochs may grow)."""
+    s = settings.to_dict()
+    s.pop("epochs")
+    absolute = lambda p: str(Path(p).absolute()) if p else None  # noqa: E731
+    return {"dataset": args.dataset, "seed": args.seed, "weights": absolute(args.weights),
+            "tf1_checkpoint": absolute(args.tf1_checkpoint),
+            "no_pretrain": bool(args.no_pretrain), **s}
+
+
+def _check_checkpoint(args, out, settings):
+    """--resume needs a matching checkpoint; an unfinished one is not silently reused.
+
+    Returns what the first run recorded in checkpoint/run.json ({} if nothing).
+    """
+    import json
+    import shutil
+
+    from mesc_tf.errors import MescError
+
+    ckpt = out / "checkpoint"
+    state = ckpt / "state.json"
+    if not args.resume:
+        if state.exists():
+            if not args.force:
+                raise MescError(f"{out} holds the checkpoint of an unfinished run; pass --resume "
+                                "to continue it, --force to start over, or another --out")
+            shutil.rmtree(ckpt)
+        return {}
+    if not state.exists():
+        raise MescError(f"nothing to resume in {out} (no checkpoint/state.json); start the run "
+                        "with --checkpoint-every N")
+    try:
+        epoch = int(json.loads(state.read_text())["epoch"])
+        saved = json.loads((ckpt / "run.json").read_text()) if (ckpt / "run.json").exists() else {}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise MescError(f"cannot read the checkpoint in {ckpt} ({e}); pass --force instead of "
+                        "--resume to start over") from None
+    if saved:
+        now = json.loads(json.dumps(_run_identity(args, settings)))
+        diff = sorted(k for k in now if saved.get(k) != now[k])
+        if diff:
+            raise MescError(f"the checkpoint in {ckpt} was made with other options "
+                            f"({', '.join(f'{k}: {saved.get(k)} now {now.get(k)}' for k in diff)}); "
+                            "resume with the same options, or pass --force to start over")
+    if epoch > settings.epochs:
+        raise MescError(f"the checkpoint in {ckpt} is at step {epoch}, past --epochs "
+                        f"{settings.epochs}; resume with --epochs {epoch} or more")
+    return saved
 
 
 if __name__ == "__main__":

@@ -59,9 +59,21 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="res
     A directory that already holds ``marker`` is refused unless ``force`` or ``resume``.
     Returns (path, created) so that a failed run can remove a directory it created.
     """
-    if out is None:
+    if out is None:  # a new directory per run, even for runs started in the same second
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{default_name}-{stamp}"
+        for i in range(1, 10000):
+            out = Path("runs") / (f"{default_name}-{stamp}" + (f"-{i}" if i > 1 else ""))
+            try:
+                out.mkdir(parents=True)  # atomic: two runs never get the same directory
+            except FileExistsError:
+                continue
+            except OSError:
+                break  # reported below
+            try:
+                return _check_writable(out), True
+            except MescError:
+                shutil.rmtree(out, ignore_errors=True)
+                raise
     out = Path(out)
     if (out / marker).exists() and not (force or resume):
         raise MescError(f"{out} already holds a finished run ({marker}); choose another --out, "
@@ -69,13 +81,51 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="res
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MescError(f"output directory {out} is not writable ({e.strerror}); "
+                        "pass a writable --out DIR") from None
+    try:
+        return _check_writable(out), created
+    except MescError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _check_writable(out):
+    try:
         fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test-")
         os.close(fd)
         os.remove(probe)
     except OSError as e:
         raise MescError(f"output directory {out} is not writable ({e.strerror}); "
                         "pass a writable --out DIR") from None
-    return out, created
+    return out
+
+
+def prepare_out_file(path, *, force=False, what="output file"):
+    """Check before a long run that ``path`` can be written at its end.
+
+    An existing file is refused unless ``force``. Missing parent folders are created (and a
+    write is tried there). Returns the folders created, for main_guard's cleanup list.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise MescError(f"{what} {path} is a directory; give a file name")
+    if path.exists() and not force:
+        raise MescError(f"{what} {path} already exists; choose another name, or pass --force "
+                        "to overwrite it")
+    created = [p for p in reversed(path.parents) if not p.exists()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".write-test-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        _remove(created[:1])
+        raise MescError(f"cannot write {what} {path} ({e.strerror}); give a path in a writable "
+                        "folder") from None
+    return created[:1]  # removing the topmost created folder removes the others
 
 
 def write_json(path, obj):
@@ -91,10 +141,13 @@ def save_npy(path, array):
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npy")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         with os.fdopen(fd, "wb") as f:
             np.save(f, np.asarray(array, np.float32))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -130,13 +183,19 @@ def main_guard(main, cleanup=None):
     """Run ``main()``; turn user errors into one line and exit status 2.
 
     ``cleanup`` (a list of paths filled in by main) is removed when main fails, so that a
-    failed run leaves nothing half-written behind.
+    failed run leaves nothing half-written behind; a folder that holds a training checkpoint
+    (a ``state.json`` anywhere below it) is kept, so that ``--resume`` can continue. Anything
+    else (a bug) keeps its traceback, after the same cleanup.
     """
     cleanup = cleanup if cleanup is not None else []
     try:
         return main()
     except (MescError, OSError) as e:
-        message = str(e) if isinstance(e, MescError) else f"{e.strerror}: {e.filename}"
+        if isinstance(e, MescError) or not (e.strerror and e.filename):
+            message = str(e)
+        else:
+            message = f"{e.strerror}: {e.filename}"
+        message = " ".join(message.split())  # always one line
         _remove(cleanup)
         sys.stderr.write(f"error: {message}\n")
         sys.exit(2)
@@ -151,6 +210,7 @@ def main_guard(main, cleanup=None):
             sys.stderr.write("error: out of memory while training; use a smaller problem or a "
                              "machine with more memory\n")
             sys.exit(2)
+        _remove(cleanup)
         raise
 
 
@@ -158,6 +218,13 @@ def _remove(paths):
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
+            if next(p.glob("**/state.json"), None) is None:  # keep resumable checkpoints
+                shutil.rmtree(p, ignore_errors=True)
         elif p.exists():
             p.unlink()
+
+
+def _umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask

@@ -62,7 +62,18 @@ def memory_estimate(n_samples: int, arch: Architecture) -> int:
     return max(train, post) + 400 * 2 ** 20  # plus the runtime (TF, numpy, sklearn)
 
 
+MEMORY_LIMIT_ENV = "MESC_MEMORY_LIMIT_BYTES"
+
+
 def available_memory() -> int:
+    """Bytes of memory available now; ``$MESC_MEMORY_LIMIT_BYTES`` overrides (a cap, or tests)."""
+    limit = os.environ.get(MEMORY_LIMIT_ENV)
+    if limit:
+        try:
+            return int(float(limit))
+        except ValueError:
+            raise MescError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a number of bytes; set it to "
+                            "e.g. 8e9 or unset it") from None
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}

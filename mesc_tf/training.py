@@ -90,21 +90,39 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         name = f"state-{self._current_epoch:08d}.weights.h5"
         tmp = backup_dir / f".tmp-{name}"
         self.model.save_weights(str(tmp), overwrite=True)
+        _fsync(tmp)
         os.replace(tmp, backup_dir / name)
         atomic_write_text(self._state_path, json.dumps({"epoch": self._current_epoch,
                                                         "weights": name}))
-        for old in backup_dir.glob("state-*.weights.h5"):
+        # Only now is the previous state unreferenced. Also drop temporary files a kill
+        # left behind (they are never read: state.json names only finished files).
+        for old in [*backup_dir.glob("state-*.weights.h5"), *backup_dir.glob(".tmp-state-*"),
+                    *backup_dir.glob(".state.json.*")]:
             if old.name != name:
-                old.unlink()
+                old.unlink(missing_ok=True)
 
     def _load_model(self):
+        from mesc_tf.errors import MescError
+
         if not self._state_path.exists():
             return
-        state = json.loads(self._state_path.read_text())
+        try:
+            state = json.loads(self._state_path.read_text())
+            weights = Path(self.backup_dir) / state["weights"]
+            epoch = int(state["epoch"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise MescError(f"cannot read the checkpoint {self._state_path} ({e}); delete "
+                            f"{self.backup_dir} (or pass --force) to start over") from None
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(str(Path(self.backup_dir) / state["weights"]))
-        self.model._initial_epoch = state["epoch"]
+        try:
+            self.model.load_weights(str(weights))
+        except (OSError, ValueError, KeyError) as e:
+            first = " ".join(str(e).split())[:300]
+            raise MescError(f"cannot restore the checkpoint {weights} ({first}); it is damaged "
+                            "or belongs to a different model: delete it (or pass --force) to "
+                            "start over") from None
+        self.model._initial_epoch = epoch
 
     def on_train_begin(self, logs=None):
         self._load_model()
@@ -121,12 +139,28 @@ def atomic_write_text(path, text):
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, default_file_mode())  # mkstemp makes 0600; give the usual mode
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def default_file_mode():
+    """The mode open() would give a new file (0666 minus the umask); mkstemp gives 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _fsync(path):
+    """Flush a finished file to disk before it is renamed into place."""
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
 
 
 def fit_full_batch(model, x, epochs, lr, *, verbose=1, log_dir=None, backup_dir=None,

@@ -45,6 +45,7 @@ def save_autoencoder(autoencoder, path, metadata=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".h5.tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
     try:
         with _open_h5(tmp, "w") as f:
             f.attrs["format"] = FORMAT
@@ -129,7 +130,12 @@ def read_tf1_checkpoint(prefix, image_shape):
     if n_layers == 0 or missing:
         raise MescError(f"TF1 checkpoint {prefix} lacks tensors {missing or ['enc_w0']} "
                         f"(it has {sorted(shapes)}); it is not a DSC-Net/MESC auto-encoder")
-    t = {k: reader.get_tensor(k) for k in names}
+    try:
+        t = {k: reader.get_tensor(k) for k in names}
+    except Exception as e:  # a missing or damaged .data file: OpError, IndexError, ...
+        first = " ".join(str(e).split())[:300] or type(e).__name__
+        raise MescError(f"cannot read the tensors of TF1 checkpoint {prefix} ({first}); its "
+                        ".data file is missing or damaged: copy the checkpoint again") from None
     biases = [t[n] for n in names[2 * n_layers:]]
     weights = {f"enc_{i}": (t[f"enc_w{i}"], biases[i]) for i in range(n_layers)}
     weights.update({f"dec_{j}": (t[f"dec_w{j}"], biases[n_layers + j]) for j in range(n_layers)})
@@ -162,6 +168,12 @@ def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
     assign_weights(ae, weights, prefix)
     meta = {"converted_from": str(prefix), **(metadata or {})}
     return save_autoencoder(ae, out_path, meta)
+
+
+def _umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def _json_default(o):

@@ -1,0 +1,516 @@
+"""Issue 7, reliability, through the command-line scripts.
+
+* Bad input ends in exactly one stderr line ``error: ...``, exit status 2, no traceback and
+  nothing written (no run directory, no .npy). Most cases call ``experiments/run.py`` /
+  ``pretrain.py`` in-process through ``cli.main_guard`` (as ``__main__`` does); two real
+  subprocesses prove the same without pytest around it.
+* Resume: a run killed with SIGKILL after a checkpoint and resumed with ``--resume`` ends
+  with exactly the C of an uninterrupted run; a resume of a finished run takes no step.
+* Determinism: the same ``--seed`` twice gives the identical C and labels (he_normal start).
+* Results are never lost: finished runs and existing files are refused without ``--force``,
+  every run gets its own directory, files are replaced atomically.
+
+Every input is synthetic (written to tmp dirs), so nothing here needs the shared data.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+
+from mesc_tf import cli
+from mesc_tf.config import get_config
+
+ROOT = Path(__file__).resolve().parents[1]
+# Keras' save/load_weights warns about numpy 2's copy keyword; not this module's business.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(f"_mesc_script_{name}",
+                                                  ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RUN = _script("run")
+PRETRAIN = _script("pretrain")
+
+
+def invoke(script, argv, capsys):
+    """Run a script's main as ``__main__`` does. Returns (exit status, stdout, stderr)."""
+    cleanup = []
+    capsys.readouterr()
+    try:
+        cli.main_guard(lambda: script.main([str(a) for a in argv], cleanup=cleanup), cleanup)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error_line(err, *needles):
+    """stderr holds exactly one line starting with 'error:', no traceback; returns it."""
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert err.rstrip().splitlines()[-1] == errors[0], err  # and it is the last word
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+# --- synthetic inputs --------------------------------------------------------------------------
+
+
+def write_fea_gnd(path, n_classes, per_class, pixels=1024, dtype=np.uint8, seed=0, **extra):
+    rng = np.random.default_rng(seed)
+    fea = rng.integers(0, 256, size=(n_classes * per_class, pixels)).astype(dtype)
+    gnd = np.repeat(np.arange(1, n_classes + 1), per_class)[:, None].astype(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scipy.io.savemat(str(path), {"fea": fea, "gnd": gnd, **extra})
+    return fea, gnd
+
+
+def write_tf1_checkpoint(prefix, arch, drop=()):
+    """A TF1-style checkpoint (enc_w*, dec_w*, Variable*) for ``arch``, without ``drop``."""
+    import tensorflow as tf
+
+    from mesc_tf.model import ConvAutoEncoder
+
+    ae = ConvAutoEncoder(arch).build_for_input()
+    n = len(arch.kernels)
+    tensors = {f"enc_w{i}": ae.encoder_layers[i].kernel for i in range(n)}
+    tensors.update({f"dec_w{j}": ae.decoder_layers[j].kernel for j in range(n)})
+    biases = [layer.bias for layer in ae.named_layers]
+    tensors.update({("Variable" if k == 0 else f"Variable_{k}"): b for k, b in enumerate(biases)})
+    names = [k for k in tensors if k not in drop]
+    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.convert_to_tensor(tensors[k]) for k in names])
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Data folders and weight files, good and bad, shared by the error cases."""
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.weights import save_autoencoder
+
+    d = tmp_path_factory.mktemp("inputs")
+    f = {"dir": d, "empty": d / "empty"}
+    f["empty"].mkdir()
+    write_fea_gnd(d / "orl" / "ORL_32x32.mat", 40, 3)  # a valid (small) ORL file
+    write_fea_gnd(d / "coil20" / "COIL20.mat", 20, 12, dtype=np.float64)  # toy: 36 images
+    (d / "corrupt_mat").mkdir()
+    (d / "corrupt_mat" / "ORL_32x32.mat").write_bytes(b"MATLAB 5.0 MAT-file" + os.urandom(300))
+    (d / "corrupt_v73").mkdir()  # an HDF5 (MATLAB v7.3) signature, then garbage
+    (d / "corrupt_v73" / "ORL_32x32.mat").write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(600))
+    write_fea_gnd(d / "novar" / "ORL_32x32.mat", 40, 3)
+    mat = scipy.io.loadmat(str(d / "novar" / "ORL_32x32.mat"))
+    scipy.io.savemat(str(d / "novar" / "ORL_32x32.mat"), {"X": mat["fea"], "gnd": mat["gnd"]})
+    write_fea_gnd(d / "size" / "ORL_32x32.mat", 40, 3, pixels=28 * 28)
+    fea, gnd = write_fea_gnd(d / "nan" / "ORL_32x32.mat", 40, 3, dtype=np.float64)
+    fea[5, 17] = np.nan
+    scipy.io.savemat(str(d / "nan" / "ORL_32x32.mat"), {"fea": fea, "gnd": gnd})
+    fea[5, 17] = np.inf
+    write_fea_gnd(d / "inf" / "ORL_32x32.mat", 40, 3)
+    scipy.io.savemat(str(d / "inf" / "ORL_32x32.mat"), {"fea": fea, "gnd": gnd})
+    write_fea_gnd(d / "few" / "ORL_32x32.mat", 30, 1)  # 30 images for 40 clusters
+    fea, gnd = write_fea_gnd(d / "emptyclass" / "ORL_32x32.mat", 40, 3)
+    gnd[gnd == 7] = 8  # class 7 has no image
+    scipy.io.savemat(str(d / "emptyclass" / "ORL_32x32.mat"), {"fea": fea, "gnd": gnd})
+    # MNIST idx: a corrupt .gz and well-formed files whose images are 20x20, not 28x28.
+    (d / "corrupt_idx" / "mnist").mkdir(parents=True)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (d / "corrupt_idx" / "mnist" / name).write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(200))
+    import gzip
+
+    (d / "idx_size" / "mnist").mkdir(parents=True)
+    imgs = np.zeros((20, 20, 20), np.uint8)
+    raw = (2051).to_bytes(4, "big") + b"".join(s.to_bytes(4, "big") for s in imgs.shape)
+    (d / "idx_size" / "mnist" / "t10k-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(raw + imgs.tobytes()))
+    labels = np.arange(20, dtype=np.uint8) % 10
+    (d / "idx_size" / "mnist" / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(
+        (2049).to_bytes(4, "big") + (20).to_bytes(4, "big") + labels.tobytes()))
+    # Weights: an ORL auto-encoder .h5, a corrupt .h5, TF1 checkpoints incomplete and damaged.
+    orl_arch = get_config("orl").arch
+    f["orl_h5"] = save_autoencoder(ConvAutoEncoder(orl_arch).build_for_input(), d / "orl.h5")
+    f["bad_h5"] = d / "bad.h5"
+    f["bad_h5"].write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(500))
+    f["tf1_missing"] = write_tf1_checkpoint(d / "tf1_missing" / "model.ckpt", orl_arch,
+                                            drop=("Variable_5",))
+    f["tf1_orl"] = write_tf1_checkpoint(d / "tf1_orl" / "model.ckpt", orl_arch)
+    f["tf1_damaged"] = write_tf1_checkpoint(d / "tf1_damaged" / "model.ckpt", orl_arch)
+    data_file = next((d / "tf1_damaged").glob("model.ckpt.data-*"))
+    data_file.write_bytes(data_file.read_bytes()[:40])
+    f["a_file"] = d / "a_file"
+    f["a_file"].write_text("not a directory\n")
+    return f
+
+
+# --- every bad input: one line, status 2, nothing written ---------------------------------------
+
+ORL = ["--dataset", "orl", "--no-pretrain", "--epochs", "2"]
+
+
+def _data(name):
+    return lambda f: ["--data-dir", f["dir"] / name]
+
+
+# id -> (argv builder, substrings the error line must hold)
+RUN_CASES = {
+    "data-file-missing": (lambda f: [*ORL, "--data-dir", f["empty"]],
+                          ["not found", "ORL_32x32.mat", "--data-dir", "MESC_DATA_DIR"]),
+    "corrupt-mat": (lambda f: [*ORL, *_data("corrupt_mat")(f)], ["cannot read", "corrupt"]),
+    "corrupt-mat-v7.3-hdf5": (lambda f: [*ORL, *_data("corrupt_v73")(f)], ["cannot read"]),
+    "variable-absent": (lambda f: [*ORL, *_data("novar")(f)], ["no variable 'fea'"]),
+    "image-size-mat": (lambda f: [*ORL, *_data("size")(f)], ["32x32"]),
+    "corrupt-idx-gz": (lambda f: ["--dataset", "mnist", "--no-pretrain", *_data("corrupt_idx")(f)],
+                       ["cannot read", "t10k-images-idx3-ubyte.gz"]),
+    "image-size-idx": (lambda f: ["--dataset", "mnist", "--no-pretrain", *_data("idx_size")(f)],
+                       ["20x20", "architecture expects 28x28"]),
+    "nan-in-data": (lambda f: [*ORL, *_data("nan")(f)], ["NaN or infinite"]),
+    "inf-in-data": (lambda f: [*ORL, *_data("inf")(f)], ["NaN or infinite"]),
+    "fewer-samples-than-clusters": (lambda f: [*ORL, *_data("few")(f)],
+                                    ["30 images for 40 clusters"]),
+    "empty-class": (lambda f: [*ORL, *_data("emptyclass")(f)], ["39 distinct classes"]),
+    "corrupt-h5": (lambda f: ["--dataset", "orl", *_data("orl")(f), "--weights", f["bad_h5"]],
+                   ["cannot read auto-encoder file", "bad.h5"]),
+    "h5-wrong-architecture": (lambda f: ["--dataset", "coil20", *_data("coil20")(f),
+                                         "--weights", f["orl_h5"]],
+                              ["orl.h5", "holds an auto-encoder for", "needs"]),
+    "missing-pretrained-h5": (lambda f: ["--dataset", "orl", *_data("orl")(f)],
+                              ["no pretrained auto-encoder", "--tf1-checkpoint"]),
+    "tf1-missing-tensors": (lambda f: ["--dataset", "orl", *_data("orl")(f),
+                                       "--tf1-checkpoint", f["tf1_missing"]],
+                            ["lacks tensors ['Variable_5']"]),
+    "tf1-damaged-data": (lambda f: ["--dataset", "orl", *_data("orl")(f),
+                                    "--tf1-checkpoint", f["tf1_damaged"]],
+                         ["cannot read the tensors", "damaged"]),
+    "tf1-not-found": (lambda f: ["--dataset", "orl", *_data("orl")(f),
+                                 "--tf1-checkpoint", f["dir"] / "nope.ckpt"],
+                      ["cannot read TF1 checkpoint", "nope.ckpt"]),
+    "tf1-wrong-architecture": (lambda f: ["--dataset", "coil20", *_data("coil20")(f),
+                                          "--tf1-checkpoint", f["tf1_orl"]],
+                               ["kernels (3, 3, 3)", "needs (3,)"]),
+    "unknown-dataset": (lambda f: ["--dataset", "foo"], ["invalid choice: 'foo'", "--help"]),
+    "unknown-framework": (lambda f: [*ORL, "--framework", "foo"], ["invalid choice: 'foo'"]),
+    "negative-epochs": (lambda f: ["--dataset", "orl", "--epochs", "-1", *_data("orl")(f)],
+                        ["--epochs must be a whole number >= 0, got -1"]),
+    "zero-lr": (lambda f: [*ORL, "--lr", "0", *_data("orl")(f)], ["--lr must be > 0"]),
+    "nan-lr": (lambda f: [*ORL, "--lr", "nan", *_data("orl")(f)], ["--lr must be > 0"]),
+    "non-number-epochs": (lambda f: ["--dataset", "orl", "--epochs", "ten"], ["invalid int"]),
+    "checkpoint-every-0": (lambda f: [*ORL, "--checkpoint-every", "0"], [">= 1"]),
+    "out-not-writable": (lambda f: [*ORL, *_data("orl")(f), "--out", f["a_file"] / "sub"],
+                         ["not writable", "a_file"]),
+    "save-coef-not-writable": (lambda f: [*ORL, *_data("orl")(f), "--save-coef",
+                                          f["a_file"] / "C.npy"],
+                               ["cannot write --save-coef file"]),
+    "resume-without-checkpoint": (lambda f: [*ORL, *_data("orl")(f), "--resume"],
+                                  ["nothing to resume", "--checkpoint-every"]),
+    "resume-without-out": (lambda f: ["--dataset", "orl", "--resume"], ["--resume needs --out"]),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_run_bad_input(case, files, tmp_path, capsys, monkeypatch):
+    from mesc_tf import pipeline
+
+    monkeypatch.setattr(pipeline, "PRETRAINED_DIR", files["empty"])  # no pretrained/<ds>.h5
+    build, needles = RUN_CASES[case]
+    argv = list(build(files))
+    out = tmp_path / "run"
+    if "--out" not in argv and "--resume needs" not in needles[0]:
+        argv += ["--out", out]
+    if "--save-coef" not in argv:
+        argv += ["--save-coef", out / "C.npy"]
+    before = sorted(files["dir"].rglob("*"))
+    code, stdout, err = invoke(RUN, argv, capsys)
+    assert code == 2, (stdout, err)
+    assert_one_error_line(err, *needles)
+    assert not out.exists() and not list(tmp_path.rglob("*"))  # nothing written
+    assert sorted(files["dir"].rglob("*")) == before
+    assert files["a_file"].read_text() == "not a directory\n"
+
+
+def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
+    from mesc_tf import pipeline
+
+    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1000")
+    need = pipeline.memory_estimate(120, get_config("orl").arch)
+    code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out", tmp_path / "r"],
+                          capsys)
+    assert code == 2
+    assert_one_error_line(err, "120 samples needs about", f"{need / 2**30:.1f} GiB",
+                          "0.0 GiB is available")
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "lots")
+    code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out", tmp_path / "r"],
+                          capsys)
+    assert code == 2
+    assert_one_error_line(err, "MESC_MEMORY_LIMIT_BYTES")
+
+
+def test_subprocess_errors_have_no_traceback(files, tmp_path):
+    """The same contract without pytest around it: real processes, real stderr."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "MESC_DATA_DIR": str(files["dir"] / "orl")}
+    out = tmp_path / "run"
+    cases = [  # fails in argparse; in the data (before TensorFlow is loaded); after TensorFlow
+        # is loaded and the run directory was made
+        (["--dataset", "orl", "--framework", "foo"], "invalid choice"),
+        (["--dataset", "orl", "--data-dir", str(files["dir"] / "nan"), "--out", str(out)],
+         "NaN or infinite"),
+        (["--dataset", "orl", "--tf1-checkpoint", str(files["tf1_missing"]), "--out", str(out),
+          "--save-coef", str(out / "C.npy")], "lacks tensors"),
+    ]
+    for argv, needle in cases:
+        p = subprocess.run([sys.executable, "experiments/run.py", *argv], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2, p.stderr
+        assert_one_error_line(p.stderr, needle)
+        assert "Traceback" not in p.stdout
+        assert not out.exists()
+
+
+def test_main_guard_cleanup(tmp_path, capsys):
+    """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug
+    keeps its traceback (after the same cleanup)."""
+    from mesc_tf.errors import MescError
+
+    plain, resumable = tmp_path / "plain", tmp_path / "resumable"
+    for d in (plain, resumable / "checkpoint"):
+        d.mkdir(parents=True)
+    (resumable / "checkpoint" / "state.json").write_text("{}")
+
+    def fail(exc):
+        def main():
+            raise exc
+        return main
+
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(fail(MescError("bad\ninput")), [plain, resumable])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "error: bad input\n"
+    assert not plain.exists() and resumable.exists()
+    plain.mkdir()
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(fail(OSError(13, "Permission denied", "/x/y")), [plain])
+    assert e.value.code == 2 and capsys.readouterr().err == "error: Permission denied: /x/y\n"
+    plain.mkdir()
+    with pytest.raises(ZeroDivisionError):
+        cli.main_guard(fail(ZeroDivisionError()), [plain])
+    assert not plain.exists()
+
+
+# --- results never lost -------------------------------------------------------------------------
+
+
+def test_finished_run_and_existing_files_are_refused(files, tmp_path, capsys):
+    out = tmp_path / "done"
+    out.mkdir()
+    (out / "results.json").write_text('{"acc": 0.9}\n')
+    base = [*ORL, "--data-dir", files["dir"] / "orl"]
+    code, _, err = invoke(RUN, [*base, "--out", out], capsys)
+    assert code == 2
+    assert_one_error_line(err, "already holds a finished run", "--force")
+    assert (out / "results.json").read_text() == '{"acc": 0.9}\n'
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
+
+    coef = tmp_path / "C.npy"
+    coef.write_bytes(b"old")
+    code, _, err = invoke(RUN, [*base, "--out", tmp_path / "new", "--save-coef", coef], capsys)
+    assert code == 2
+    assert_one_error_line(err, "C.npy already exists", "--force")
+    assert coef.read_bytes() == b"old" and not (tmp_path / "new").exists()
+
+    # A killed run's checkpoint is neither reused nor thrown away silently.
+    (out / "results.json").unlink()
+    (out / "checkpoint").mkdir()
+    (out / "checkpoint" / "state.json").write_text('{"epoch": 5, "weights": "x.weights.h5"}')
+    code, _, err = invoke(RUN, [*base, "--out", out], capsys)
+    assert code == 2
+    assert_one_error_line(err, "unfinished run", "--resume", "--force")
+    assert (out / "checkpoint" / "state.json").exists()
+
+
+def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
+    """results.json and --save-coef go through a temporary file and os.replace."""
+    target, coef = tmp_path / "results.json", tmp_path / "C.npy"
+    cli.write_json(target, {"a": 1})
+    cli.save_npy(coef, np.eye(3))
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in (target, coef):  # the usual mode, not mkstemp's 0600
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+    def crash(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        cli.write_json(target, {"a": 2})
+    with pytest.raises(OSError):
+        cli.save_npy(coef, np.zeros((3, 3)))
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert np.array_equal(np.load(coef), np.eye(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["C.npy", "results.json"]  # no temp
+
+
+def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
+    data = ["--dataset", "orl", "--data-dir", files["dir"] / "orl", "--quiet"]
+    out = tmp_path / "ae" / "orl.h5"
+    # Bad options and unwritable or taken outputs: one line, nothing written.
+    for argv, needle in [
+        (["--lr", "0"], "--lr must be > 0"), (["--max-steps", "0"], "--max-steps must be >= 1"),
+        (["--checkpoint-every", "0"], ">= 1"), (["--out", files["a_file"] / "x.h5"], "cannot write"),
+        (["--out", out, "--resume"], "nothing to resume"),
+    ]:
+        code, _, err = invoke(PRETRAIN, [*data, *argv], capsys)
+        assert code == 2, err
+        assert_one_error_line(err, needle)
+        assert not list(tmp_path.iterdir())
+    # A short pretraining writes the .h5 (and drops its checkpoint once the .h5 is safe) ...
+    code, stdout, err = invoke(PRETRAIN, [*data, "--max-steps", "3", "--checkpoint-every", "2",
+                                          "--out", out], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in out.parent.iterdir()) == ["orl.h5"]
+    written = out.read_bytes()
+    # ... which a second run refuses to replace without --force.
+    code, _, err = invoke(PRETRAIN, [*data, "--max-steps", "3", "--out", out], capsys)
+    assert code == 2
+    assert_one_error_line(err, "already exists", "--force")
+    assert out.read_bytes() == written
+    # An unfinished pretraining's checkpoint is not silently reused.
+    (out.parent / "new.checkpoint").mkdir()
+    (out.parent / "new.checkpoint" / "state.json").write_text("{}")
+    code, _, err = invoke(PRETRAIN, [*data, "--out", out.parent / "new.h5"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "unfinished pretraining", "--resume")
+
+
+# --- determinism -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(files, tmp_path_factory):
+    """--no-pretrain toy runs with seeds 0, 0, 1, without --out (run from a tmp dir)."""
+    cwd = tmp_path_factory.mktemp("seeded")
+    argv = ["--dataset", "toy", "--data-dir", files["dir"] / "coil20", "--no-pretrain",
+            "--epochs", "3", "--quiet"]
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        results = [RUN.main([str(a) for a in [*argv, "--seed", seed]]) for seed in (0, 0, 1)]
+    finally:
+        os.chdir(old)
+    return cwd, results
+
+
+def test_same_seed_same_c(seeded_runs):
+    """On a small problem from he_normal weights the seed decides C: same seed, same bits.
+
+    Without --out each run gets its own new directory under runs/, even within one second.
+    """
+    cwd, (a, b, c) = seeded_runs
+    assert np.array_equal(a["coef"], b["coef"])
+    assert not np.array_equal(a["coef"], c["coef"])
+    runs = sorted((cwd / "runs").iterdir())
+    assert len(runs) == 3 and all((r / "results.json").is_file() for r in runs)
+    assert sum("seed0" in r.name for r in runs) == 2
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "postcluster uses scipy's svds, which does not pass a seed on to ARPACK (eigsh): on a C "
+    "with clustered singular values (here: 3 steps from he_normal) ARPACK restarts from "
+    "unseeded random vectors, so the same C can give other labels; see the issue-7 report"))
+def test_same_seed_same_labels(seeded_runs):
+    _, (a, b, _) = seeded_runs
+    assert np.array_equal(a["labels"], b["labels"])
+
+
+# --- resume after SIGKILL ------------------------------------------------------------------------
+
+
+def _wait_for_checkpoint(proc, state, min_epoch, timeout=300):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (status {proc.returncode}) before it could be killed")
+        try:
+            epoch = json.loads(state.read_text())["epoch"]
+        except (OSError, ValueError):
+            epoch = 0
+        if epoch >= min_epoch:
+            return
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail("no checkpoint appeared in time")
+
+
+def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
+    """ORL-shaped data (120 images) and a TF1-format ORL checkpoint, 60 steps, checkpoint
+    every 5; killed with SIGKILL once a checkpoint at step >= 10 exists, then resumed."""
+    epochs = 60
+    common = ["--dataset", "orl", "--data-dir", str(files["dir"] / "orl"), "--tf1-checkpoint",
+              str(files["tf1_orl"]), "--epochs", str(epochs), "--variant", "dsc",
+              "--subspace-dim", "1", "--quiet"]
+    out = tmp_path / "killed"
+    argv = [*common, "--out", str(out), "--checkpoint-every", "5", "--save-coef",
+            str(out / "C.npy")]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen([sys.executable, "experiments/run.py", *argv], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = out / "checkpoint" / "state.json"
+    try:
+        _wait_for_checkpoint(proc, state, 10)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    saved = json.loads(state.read_text())  # a consistent state, whatever the moment of the kill
+    assert 10 <= saved["epoch"] < epochs, "killed too late to test anything"
+    assert (out / "checkpoint" / saved["weights"]).is_file()
+    assert not (out / "results.json").exists() and not (out / "C.npy").exists()
+    # Leftovers of a kill during a save are ignored, and removed by the next save.
+    stray = [out / "checkpoint" / f".tmp-state-{saved['epoch'] + 5:08d}.weights.h5",
+             out / "checkpoint" / ".state.json.abc123"]
+    for p in stray:
+        p.write_bytes(b"half written")
+
+    # The same command plus --resume (in this process, through main_guard).
+    code, _, err = invoke(RUN, [*argv, "--resume"], capsys)
+    assert code == 0, err
+    resumed = np.load(out / "C.npy")
+    assert json.loads(state.read_text())["epoch"] == epochs
+    assert not any(s.exists() for s in stray)
+    results = json.loads((out / "results.json").read_text())
+    assert results["timings"]["steps"] == epochs  # the step counter was restored too
+    assert len(results["final_losses"]) > 0
+
+    # The same run, never interrupted, with no checkpoint at all.
+    ref = RUN.main([*common, "--out", str(tmp_path / "straight")])
+    assert np.array_equal(ref["coef"], resumed), np.abs(ref["coef"] - resumed).max()
+
+    # Resuming the finished run takes no further step and gives the same C again.
+    again = RUN.main([*argv, "--resume"])
+    assert all(len(v) == 0 for v in again["history"].values())
+    assert again["timings"]["steps"] == epochs
+    assert np.array_equal(again["coef"], resumed)
+    assert np.array_equal(np.load(out / "C.npy"), resumed)
+
+    # Resuming with other options is refused in one line, and nothing is touched.
+    code, _, err = invoke(RUN, [*argv, "--resume", "--lr", "0.001"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "made with other options", "lr: 0.0001 now 0.001")
+    assert json.loads(state.read_text())["epoch"] == epochs
