@@ -1,0 +1,563 @@
+"""Shared pieces of the paper-figure experiments (ablation, toy_affinity, sensitivity,
+convergence, tsne, confusion): options, data subsets, auto-encoder sources, resumable run
+records, method presets and matplotlib helpers.
+
+Every experiment writes under ``experiments/results/<name>/`` (``--out`` to change it;
+``--smoke`` runs go to ``experiments/results/smoke/<name>/``):
+
+* ``runs/<key>.json`` (and sometimes ``runs/<key>.npy``): one finished unit of work (one
+  fine-tuning and its clusterings). It holds the exact spec it was made with (dataset, subset,
+  settings, auto-encoder, seeds, ...). A rerun reuses records whose spec matches, so an
+  interrupted experiment continues where it stopped; a record made with a different spec is
+  refused (use another ``--out`` or ``--redo``), never silently replaced.
+* ``<name>.json``, ``<name>.md`` and ``*.png``: the summary, rebuilt from the run records. It
+  remembers the request (datasets, seeds, options) it was built for; a different request on the
+  same folder is refused unless ``--force``.
+
+Settings are the presets of mesc_tf/config.py (see :func:`preset`); ``--epochs`` and
+``--set [SCOPE.]FIELD=VALUE`` override them for every run or for one method / ablation row, and
+the overrides are part of each run's recorded spec.
+
+Training and clustering go through :mod:`mesc_tf.pipeline` (the one code path); nothing here
+re-implements them.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import numpy as np  # noqa: E402
+
+from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import DATASETS, get_config, method_settings  # noqa: E402
+from mesc_tf.errors import MescError  # noqa: E402
+
+RESULTS_DIR = REPO / "experiments" / "results"
+
+# What --smoke shrinks a run to, unless the option is given explicitly.
+SMOKE = {"classes": 3, "per_class": 8, "epochs": 3, "seeds": [0]}
+
+# Method presets of the figures: the paper's table rows (config.method_settings) plus DSC-Net
+# with the nuclear norm (the toy figure and the COIL20 confusion matrices), which is the
+# DSC-Net-L2 preset with the regulariser ‖C‖_* in place of Σ C².
+METHODS = {
+    "our": "MESC-Net",
+    "our_wo_net": "MESC-Net w/o Net",
+    "dsc_l1": "DSC-Net-L1",
+    "dsc_l2": "DSC-Net-L2",
+    "dsc_nuclear": "DSC-Net-Nuclear",
+}
+
+
+def preset(dataset: str, method: str):
+    """Settings of one method preset on one dataset (see METHODS)."""
+    if method == "dsc_nuclear":
+        return method_settings(dataset, "dsc_l2").replace(regularizer="nuclear")
+    if method not in METHODS:
+        raise MescError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    return method_settings(dataset, method)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), ae_sources=True, methods=None):
+    """The options every experiment shares. ``doc`` is the script's docstring."""
+    p = cli.ArgumentParser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
+                   default=list(datasets), metavar="NAME",
+                   help=f"datasets (default: {' '.join(datasets)}; any of {', '.join(DATASETS)})")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, metavar="S",
+                   help=f"seeds of the clustering (and of he_normal starts); default "
+                        f"{' '.join(map(str, seeds))}")
+    p.set_defaults(default_seeds=list(seeds))
+    if methods is not None:
+        p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(methods),
+                       metavar="M", help=f"method presets (default: {' '.join(methods)}; any of "
+                       f"{', '.join(METHODS)})")
+    p.add_argument("--epochs", type=int, help="fine-tuning steps for every run (default: each "
+                   "method's setting in mesc_tf/config.py)")
+    p.add_argument("--set", action="append", default=[], metavar="[SCOPE.]FIELD=VALUE",
+                   help="override one setting of mesc_tf/config.Settings (reg1, reg2, lr, thr, "
+                        "...) for every run, or only for one SCOPE (a method, e.g. "
+                        "dsc_l1.reg1=10; an ablation row, e.g. row5.reg2=1); repeatable")
+    p.add_argument("--data-dir", help="folder holding the dataset files "
+                   "(default: $MESC_DATA_DIR, then ./data)")
+    p.add_argument("--classes", type=int, metavar="K",
+                   help="keep only the first K classes of each dataset (a smaller problem)")
+    p.add_argument("--per-class", type=int, metavar="M",
+                   help="keep only the first M samples of each kept class")
+    if ae_sources:
+        p.add_argument("--weights", action="append", default=[], metavar="[DATASET=]PATH",
+                       help="auto-encoder .h5 (default: pretrained/<dataset>.h5); repeat as "
+                            "DATASET=PATH for several datasets")
+        p.add_argument("--tf1-checkpoint", action="append", default=[],
+                       metavar="[DATASET=]PREFIX", help="original TF1 checkpoint prefix instead "
+                       "of the .h5; repeat as DATASET=PREFIX for several datasets")
+        p.add_argument("--no-pretrain", action="store_true",
+                       help="fine-tune from seeded he_normal weights (no pretrained auto-encoder)")
+    p.add_argument("--smoke", action="store_true",
+                   help=f"a tiny run to check the command: --classes {SMOKE['classes']} "
+                        f"--per-class {SMOKE['per_class']} --epochs {SMOKE['epochs']} --seeds 0 "
+                        "unless given, output under experiments/results/smoke/")
+    p.add_argument("--out", help=f"output folder (default: experiments/results/{name})")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild the summary even if it was made for another request")
+    p.add_argument("--redo", action="store_true",
+                   help="recompute finished runs instead of reusing them (implies --force)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(experiment=name)
+    return p
+
+
+def finish_args(p, args, scopes=tuple(METHODS)):
+    """Apply --smoke, check the shared options and resolve the output folder. ``scopes``: the
+    names --set may address (method presets by default)."""
+    if args.smoke:
+        for k in ("classes", "per_class", "epochs"):
+            if getattr(args, k) is None:
+                setattr(args, k, SMOKE[k])
+        if args.seeds is None:
+            args.seeds = list(SMOKE["seeds"])
+    if args.seeds is None:
+        args.seeds = list(args.default_seeds)
+    args.seeds = list(dict.fromkeys(args.seeds))  # unique, in order
+    args.datasets = list(dict.fromkeys(args.datasets))
+    for k in ("classes", "per_class"):
+        v = getattr(args, k)
+        if v is not None and v < 1:
+            p.error(f"--{k.replace('_', '-')} must be >= 1")
+    if args.epochs is not None and args.epochs < 0:
+        p.error("--epochs must be >= 0")
+    if getattr(args, "no_pretrain", False) and (args.weights or args.tf1_checkpoint):
+        p.error("--no-pretrain cannot be combined with --weights or --tf1-checkpoint")
+    if getattr(args, "methods", None) is not None:
+        args.methods = list(dict.fromkeys(args.methods))
+    args.overrides = _parse_sets(p, args.set, list(scopes))
+    if args.redo:
+        args.force = True
+    if args.out is None:
+        base = RESULTS_DIR / "smoke" if args.smoke else RESULTS_DIR
+        args.out = base / args.experiment
+    args.out = Path(args.out)
+    return args
+
+
+def _parse_sets(p, items, scopes):
+    """--set entries as [(scope or None, field, typed value)]; bad ones end in p.error."""
+    import dataclasses
+
+    from mesc_tf.config import Settings
+
+    defaults = Settings()
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    out = []
+    for item in items:
+        key, eq, raw = item.partition("=")
+        scope, _, field = key.rpartition(".")
+        if not eq or field not in fields:
+            p.error(f"--set {item}: expected [SCOPE.]FIELD=VALUE with FIELD one of "
+                    f"{', '.join(sorted(fields))}")
+        if scope and scope not in scopes:
+            p.error(f"--set {item}: unknown scope {scope!r}; use one of {', '.join(scopes)}")
+        kind = type(getattr(defaults, field))
+        try:
+            value = kind(float(raw)) if kind in (int, float) else raw
+        except ValueError:
+            p.error(f"--set {item}: {field} needs a number")
+        out.append((scope or None, field, value))
+    return out
+
+
+def configure(settings, args, scope=None):
+    """A preset with the --set overrides (global, then those for ``scope``) and --epochs."""
+    changes = {f: v for s, f, v in args.overrides if s is None}
+    changes.update({f: v for s, f, v in args.overrides if s is not None and s == scope})
+    return settings.replace(**changes).replace(epochs=args.epochs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+@dataclass(frozen=True, eq=False)
+class Data:
+    name: str
+    x: np.ndarray
+    y: np.ndarray  # 1..K
+    n_clusters: int
+    subset: dict  # {"classes": K or None, "per_class": M or None}
+
+    @property
+    def n(self) -> int:
+        return int(len(self.x))
+
+
+class DataMissing(MescError):
+    """A dataset's files are not in the data folder."""
+
+
+def load_data(name: str, args) -> Data:
+    """A dataset, optionally cut to its first ``--classes`` classes and ``--per-class`` samples
+    per class (file order kept), labels renumbered 1..K."""
+    from mesc_tf import data, pipeline
+
+    try:
+        ds = data.load_dataset(name, args.data_dir)
+    except MescError as e:
+        if "data file not found" in str(e):
+            raise DataMissing(str(e)) from None
+        raise
+    x, y = ds.x, ds.y
+    classes, per_class = args.classes, args.per_class
+    if classes is not None or per_class is not None:
+        kept = np.unique(y)[:classes] if classes is not None else np.unique(y)
+        keep = np.zeros(len(y), bool)
+        for c in kept:
+            idx = np.flatnonzero(y == c)
+            keep[idx[:per_class] if per_class is not None else idx] = True
+        x, y = x[keep], y[keep]
+        y = np.searchsorted(kept, y) + 1
+        if len(x) < 2:
+            raise MescError(f"{name}: the subset --classes {classes} --per-class {per_class} "
+                            "leaves fewer than 2 samples; keep more")
+    pipeline.check_memory(len(x), get_config(name).arch)
+    return Data(name, x, y.astype(np.int64), int(len(np.unique(y))),
+                {"classes": classes, "per_class": per_class})
+
+
+def order_by_class(d: Data) -> Data:
+    """The same data with samples sorted by label (stable), for block pictures of C."""
+    idx = np.argsort(d.y, kind="stable")
+    return Data(d.name, d.x[idx], d.y[idx], d.n_clusters, d.subset)
+
+
+# ---------------------------------------------------------------------------------------------
+# Auto-encoder sources
+
+
+def _per_dataset(values, dataset, option):
+    """The value of a repeatable [DATASET=]VALUE option for one dataset (None if not given)."""
+    found = None
+    for v in values:
+        key, sep, rest = v.partition("=")
+        if sep and key.lower() in DATASETS:
+            if key.lower() == dataset:
+                found = rest
+        elif sep and not Path(v).exists():
+            raise MescError(f"{option} {v}: {key!r} is not a dataset; use DATASET=PATH with one "
+                            f"of {', '.join(DATASETS)}")
+        else:
+            found = found or v  # a bare path applies to every dataset
+    return found
+
+
+def _rel(path) -> str:
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def ae_source(args, dataset: str, pretrained=True) -> dict:
+    """Where the auto-encoder of ``dataset`` comes from, as keyword arguments of
+    pipeline.get_autoencoder plus a short ``label`` for the records."""
+    if not pretrained or getattr(args, "no_pretrain", False):
+        return {"no_pretrain": True, "label": "he_normal (no pretraining)"}
+    tf1 = _per_dataset(getattr(args, "tf1_checkpoint", []), dataset, "--tf1-checkpoint")
+    if tf1:
+        return {"tf1_checkpoint": tf1, "label": f"tf1:{_rel(tf1)}"}
+    weights = _per_dataset(getattr(args, "weights", []), dataset, "--weights")
+    if weights:
+        return {"weights": weights, "label": f"h5:{_rel(weights)}"}
+    from mesc_tf import pipeline
+
+    return {"weights": None, "label": f"h5:{_rel(pipeline.pretrained_path(dataset))}",
+            "default": True}
+
+
+def check_sources(args, datasets, pretrained=True):
+    """Fail early (before any training) if an auto-encoder file is missing."""
+    from mesc_tf import pipeline
+
+    for name in datasets:
+        src = ae_source(args, name, pretrained)
+        if src.get("weights") and not Path(src["weights"]).is_file():
+            raise MescError(f"auto-encoder file {src['weights']} (for {name}) not found; give "
+                            "an existing .h5 with --weights")
+        if src.get("tf1_checkpoint") and not Path(f"{src['tf1_checkpoint']}.index").is_file():
+            raise MescError(f"TF1 checkpoint {src['tf1_checkpoint']} (for {name}) not found "
+                            "(no .index file); give the prefix without .index/.data")
+        if src.get("default") and not pipeline.pretrained_path(name).is_file():
+            raise MescError(f"no pretrained auto-encoder at {pipeline.pretrained_path(name)}; "
+                            f"make it with `make pretrain-{name}`, or pass --weights "
+                            f"{name}=PATH, --tf1-checkpoint {name}=PREFIX or --no-pretrain")
+
+
+def load_autoencoder(name: str, src: dict, seed: int):
+    """(auto-encoder, pretraining seconds or None) for one run; seeds the runtime first so that
+    a he_normal start is reproducible. A new auto-encoder per run: fine-tuning changes it."""
+    from mesc_tf import pipeline
+    from mesc_tf.training import configure_runtime
+
+    configure_runtime(seed)
+    cfg = get_config(name)
+    weights = src.get("weights")
+    if src.get("default"):
+        weights = pipeline.pretrained_path(name)
+    ae, _ = pipeline.get_autoencoder(cfg.arch, dataset=name, weights=weights,
+                                     tf1_checkpoint=src.get("tf1_checkpoint"),
+                                     no_pretrain=src.get("no_pretrain", False))
+    pretrain_s = None
+    if weights:
+        from mesc_tf.weights import read_autoencoder_file
+
+        meta = read_autoencoder_file(weights)[1]
+        pretrain_s = meta.get("seconds")
+    return ae, pretrain_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Training and clustering (thin wrappers over mesc_tf.pipeline)
+
+
+def fine_tune(d: Data, settings, ae, args):
+    """pipeline.fine_tune on the whole of d.x. Returns (model, history, seconds)."""
+    from mesc_tf import pipeline
+
+    quiet_retracing()
+    return pipeline.fine_tune(d.x, settings, ae, verbose=0 if args.quiet else 1)
+
+
+def cluster_seeds(coef, d: Data, settings, seeds, keep_labels=False) -> list[dict]:
+    """pipeline.cluster with each seed, scored against d.y."""
+    from mesc_tf import pipeline
+    from mesc_tf.metrics import evaluate
+
+    out = []
+    for seed in seeds:
+        t0 = time.perf_counter()
+        labels, timings = pipeline.cluster(coef, d.n_clusters, settings, seed=seed)
+        rec = {"seed": seed, "metrics": evaluate(d.y, labels),
+               "post_s": time.perf_counter() - t0, **timings}
+        if keep_labels:
+            rec["labels"] = labels.tolist()
+        out.append(rec)
+    return out
+
+
+class _NoRetracingWarning:
+    """Each run builds a new model, so Keras' 'triggered tf.function retracing' warning is
+    expected here; drop it (other TF warnings still show)."""
+
+    @staticmethod
+    def filter(record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+def quiet_retracing():
+    import logging
+
+    logging.getLogger("tensorflow").addFilter(_NoRetracingWarning)
+
+
+def release():
+    """Free the models of a finished unit (C is n×n)."""
+    import keras
+
+    keras.backend.clear_session()
+    gc.collect()
+
+
+def mean_std(values):
+    a = np.asarray([v for v in values if v is not None], np.float64)
+    if a.size == 0:
+        return None, None
+    return float(a.mean()), float(a.std())
+
+
+def pm(mean, std, scale=100.0, digits=2):
+    """'mean ± std' (× scale), or '–'."""
+    if mean is None:
+        return "–"
+    if std is None or std == 0:
+        return f"{mean * scale:.{digits}f}"
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Results folder: resumable run records and a guarded summary
+
+
+def _norm(obj):
+    return json.loads(json.dumps(obj, default=cli._default))
+
+
+class Results:
+    """The output folder of one experiment (see the module docstring)."""
+
+    def __init__(self, args, request: dict):
+        self.args = args
+        self.dir = Path(args.out)
+        self.runs = self.dir / "runs"
+        self.request = _norm(request)
+        try:
+            self.runs.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=self.dir, prefix=".write-test-")
+            os.close(fd)
+            os.remove(probe)
+        except OSError as e:
+            raise MescError(f"output folder {self.dir} is not writable ({e.strerror}); pass a "
+                            "writable --out DIR") from None
+        self.summary_path = self.dir / f"{args.experiment}.json"
+        if self.summary_path.exists() and not args.force:
+            try:
+                old = json.loads(self.summary_path.read_text()).get("request")
+            except (OSError, ValueError):
+                old = None
+            if old != self.request:
+                raise MescError(
+                    f"{self.summary_path} was made for another request "
+                    f"({_diff(old, self.request)}); choose another --out, or pass --force to "
+                    "rebuild the summary for this one")
+        self.reused = 0
+        self.computed = 0
+
+    def path(self, key: str, suffix=".json") -> Path:
+        return self.runs / f"{key}{suffix}"
+
+    def get(self, key: str, spec: dict):
+        """The finished record of ``key`` if it was made with ``spec`` (None: compute it)."""
+        path = self.path(key)
+        if not path.exists() or self.args.redo:
+            return None
+        try:
+            rec = json.loads(path.read_text())
+        except ValueError:
+            return None  # unreadable (cannot happen with atomic writes): recompute
+        if rec.get("spec") != _norm(spec):
+            raise MescError(f"{path} holds a finished run made with other options "
+                            f"({_diff(rec.get('spec'), _norm(spec))}); choose another --out, or "
+                            "pass --redo to recompute it")
+        self.reused += 1
+        return rec
+
+    def put(self, key: str, spec: dict, result: dict) -> dict:
+        rec = {"key": key, "spec": _norm(spec), "result": _norm(result)}
+        cli.write_json(self.path(key), rec)
+        self.computed += 1
+        return rec
+
+    def write_summary(self, summary: dict, markdown: str | None = None):
+        from mesc_tf.training import atomic_write_text
+
+        cli.write_json(self.summary_path, {
+            "experiment": self.args.experiment, "request": self.request, **summary,
+            "command": " ".join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
+            "versions": cli.versions()})
+        written = [self.summary_path]
+        if markdown is not None:
+            md = self.dir / f"{self.args.experiment}.md"
+            atomic_write_text(md, markdown)
+            written.append(md)
+        return written
+
+
+def _diff(old, new) -> str:
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return "unreadable"
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    shown = "; ".join(f"{k}: {json.dumps(old.get(k))[:60]} vs {json.dumps(new.get(k))[:60]}"
+                      for k in keys[:3])
+    return shown or "same"
+
+
+def request_of(args, **extra) -> dict:
+    """The options that shape the outputs (for the summary's guard)."""
+    req = {k: getattr(args, k, None) for k in
+           ("datasets", "seeds", "epochs", "classes", "per_class", "methods", "set")}
+    for k in ("weights", "tf1_checkpoint", "no_pretrain"):
+        if getattr(args, k, None):
+            req[k] = getattr(args, k)
+    req.update(extra)
+    return req
+
+
+def run_main(main, argv=None):
+    """Entry point: one-line errors (cli.main_guard)."""
+    return cli.main_guard(lambda: main(argv))
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path, dpi=120):
+    """Save a figure as PNG atomically (temporary file + rename) and close it."""
+    plt = pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def annotated_heatmap(ax, M, *, xticks, yticks, text=None, cmap="viridis", vmin=None, vmax=None,
+                      fontsize=8, colorbar=True):
+    """imshow of M with a label in each cell (``text[i][j]``, default the value)."""
+    M = np.asarray(M, np.float64)
+    im = ax.imshow(M, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(M.shape[1]), [str(t) for t in xticks])
+    ax.set_yticks(range(M.shape[0]), [str(t) for t in yticks])
+    lo = np.nanmin(M) if vmin is None else vmin
+    hi = np.nanmax(M) if vmax is None else vmax
+    for i in range(M.shape[0]):
+        for j in range(M.shape[1]):
+            label = text[i][j] if text is not None else f"{M[i, j]:.2f}"
+            if not label:
+                continue
+            v = M[i, j]
+            frac = 0.5 if not np.isfinite(v) or hi <= lo else (v - lo) / (hi - lo)
+            ax.text(j, i, label, ha="center", va="center", fontsize=fontsize,
+                    color="black" if frac > 0.6 else "white")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return im
+
+
+def report(written, results: Results):
+    print(f"{results.computed} run(s) computed, {results.reused} reused from {results.runs}")
+    for p in written:
+        print(f"wrote {_rel(p)}")

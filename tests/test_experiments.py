@@ -1,0 +1,206 @@
+"""Smoke tests of the paper-figure commands in experiments/ (ablation, toy_affinity,
+sensitivity, convergence, tsne, confusion): each runs on a tiny subset (3 classes × 8 images,
+3 fine-tuning steps, --no-pretrain or a TF1 checkpoint), writes its JSON, Markdown and
+non-empty PNGs, resumes instead of recomputing, and refuses to mix requests."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SMOKE = ["--smoke", "--quiet"]
+
+
+@pytest.fixture
+def data_env(shared_data, monkeypatch, runtime):
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.setattr(sys, "argv", ["test"])
+    return shared_data
+
+
+def check_png(path):
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    path = Path(path)
+    assert path.is_file(), path
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 5000
+    img = mpimg.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+    assert float(np.std(img[..., :3])) > 0.01  # not a blank picture
+
+
+def check_outputs(out, name, pngs):
+    summary = json.loads((out / f"{name}.json").read_text())
+    assert summary["experiment"] == name and "request" in summary and "versions" in summary
+    assert (out / f"{name}.md").read_text().startswith("# ")
+    for p in pngs:
+        check_png(out / p)
+    return summary
+
+
+def test_ablation_resumes_and_guards(data_env, tf1_ckpts, tmp_path):
+    from experiments import ablation
+    from mesc_tf.errors import MescError
+
+    from mesc_tf.config import get_config
+    from mesc_tf.weights import convert_tf1_checkpoint
+
+    # A pretrained .h5 whose metadata says pretraining took 12.5 s (toy = COIL20's AE).
+    h5 = convert_tf1_checkpoint(tf1_ckpts["coil20"], get_config("toy").arch.image_shape,
+                                tmp_path / "toy.h5", {"seconds": 12.5})
+    out = tmp_path / "ablation"
+    argv = [*SMOKE, "--datasets", "toy", "--rows", "1", "8", "--out", str(out),
+            "--weights", f"toy={h5}"]
+    summary = ablation.main(argv)
+    rows = summary["toy"]["rows"]
+    assert set(rows) == {1, 8}
+    assert rows[1]["pretrained"] and not rows[8]["pretrained"]
+    assert 0 <= rows[1]["acc_mean"] <= 1 and rows[8]["total_s"] > 0
+    # The paper's time for pretrained rows includes pretraining (from the .h5 metadata).
+    assert rows[1]["pretrain_s"] == 12.5 and rows[1]["total_complete"]
+    assert rows[1]["total_s"] == pytest.approx(12.5 + rows[1]["finetune_s"] + rows[1]["post_s"])
+    assert rows[8]["pretrain_s"] is None
+    saved = check_outputs(out, "ablation", ["ablation.png"])
+    assert saved["paper"]["orl"]["1"][0] == 90.25
+    md = (out / "ablation.md").read_text()
+    assert "paper ORL ACC" in md and "| 8 | ✗ | ✗ | ✗ |" in md
+    assert len(list((out / "runs").glob("*.json"))) == 2
+    before = (out / "runs" / "toy-row1-seed0.json").stat().st_mtime_ns
+    # Same request: everything is reused, nothing recomputed.
+    ablation.main(argv)
+    assert (out / "runs" / "toy-row1-seed0.json").stat().st_mtime_ns == before
+    # Another request on the same folder is refused, not silently mixed in.
+    with pytest.raises(MescError, match="another request"):
+        ablation.main([*argv, "--epochs", "2"])
+    # With --force the summary is rebuilt, but a run made with other settings is still refused.
+    with pytest.raises(MescError, match="other options"):
+        ablation.main([*argv, "--epochs", "2", "--force"])
+
+
+def test_toy_affinity(data_env, tmp_path):
+    from experiments import toy_affinity
+
+    assert toy_affinity.parse_args([]).methods == ["dsc_l1", "dsc_l2", "dsc_nuclear", "our"]
+    out = tmp_path / "toy"
+    summary = toy_affinity.main([*SMOKE, "--no-pretrain", "--methods", "dsc_nuclear", "our",
+                                 "--out", str(out)])
+    methods = summary["toy"]["methods"]
+    assert [methods[m]["settings"]["regularizer"] for m in methods] == ["nuclear", "entropy"]
+    for r in methods.values():
+        assert 0 < r["cosine_to_ideal"] <= 1
+        assert len(r["blocks"]) == 3 and all(b["size"] == 8 for b in r["blocks"])
+        assert all(0 <= b["variance"] <= 0.25 for b in r["blocks"])
+    check_outputs(out, "toy_affinity", ["toy_affinity.png", "toy_cosine.png"])
+    assert len(list((out / "runs").glob("*.npy"))) == 2
+
+
+def test_toy_helpers():
+    import numpy as np
+
+    from experiments import toy_affinity
+
+    y = np.array([1, 1, 2, 2, 2])
+    ideal = toy_affinity.ideal_matrix(y)
+    assert toy_affinity.cosine(ideal, ideal) == pytest.approx(1.0)
+    A = toy_affinity.normalised(-3 * ideal + 1.0)  # |C| then min-max
+    assert A.min() == 0 and A.max() == 1
+    blocks, off = toy_affinity.block_stats(ideal, y)
+    assert [b["variance"] for b in blocks] == [0.0, 0.0] and off == 0.0
+
+
+def test_sensitivity(data_env, tmp_path):
+    from experiments import sensitivity
+
+    out = tmp_path / "sens"
+    summary = sensitivity.main([*SMOKE, "--no-pretrain", "--datasets", "orl", "--lambda1", "0.2",
+                                "--lambda2", "0.02", "2", "--out", str(out)])
+    s = summary["orl"]
+    assert len(s["acc_mean"]) == 1 and len(s["acc_mean"][0]) == 2
+    assert [(c["reg1"], c["reg2"]) for c in s["cells"]] == [(0.8, 0.08), (0.8, 8.0)]
+    saved = check_outputs(out, "sensitivity", ["sensitivity.png"])
+    assert "4·λ1" in saved["conversion"]
+
+
+def test_convergence_skips_missing_data(data_env, tmp_path):
+    from experiments import convergence
+
+    out = tmp_path / "conv"
+    datasets = ["toy"] + ([] if (data_env / "COIL100.mat").exists() else ["coil100"])
+    summary = convergence.main([*SMOKE, "--no-pretrain", "--datasets", *datasets,
+                                "--out", str(out)])
+    s = summary["toy"]
+    assert s["steps"] == 3 and set(s["curves"]) == {"loss", "recon", "reg", "selfexp"}
+    total = [r + e + z for r, e, z in zip(s["curves"]["recon"], s["curves"]["reg"],
+                                          s["curves"]["selfexp"])]
+    assert total == pytest.approx(s["curves"]["loss"], rel=1e-4)
+    saved = check_outputs(out, "convergence", ["convergence.png"])
+    if "coil100" in datasets:
+        assert "coil100" in saved["skipped"]
+
+
+def test_tsne(data_env, tmp_path):
+    from experiments import tsne
+
+    assert tsne.parse_args([]).methods == ["dsc_l1", "dsc_l2", "our"]
+    out = tmp_path / "tsne"
+    summary = tsne.main([*SMOKE, "--no-pretrain", "--methods", "our", "--out", str(out)])
+    panels = summary["mnist"]["panels"]
+    assert [p["method"] for p in panels] == ["truth", "our"]
+    for p in panels:
+        assert 0 <= p["homogeneity"] <= 1 and 0 <= p["completeness"] <= 1
+    check_outputs(out, "tsne", ["mnist_tsne.png"])
+
+
+def test_confusion(data_env, tmp_path):
+    from experiments import confusion
+
+    assert confusion.parse_args([]).methods == ["dsc_l1", "dsc_l2", "dsc_nuclear", "our"]
+    out = tmp_path / "conf"
+    summary = confusion.main([*SMOKE, "--no-pretrain", "--methods", "dsc_l1", "our",
+                              "--set", "dsc_l1.reg1=2", "--out", str(out)])
+    methods = summary["coil20"]["methods"]
+    assert list(methods) == ["dsc_l1", "our"]
+    spec = {m: json.loads((out / "runs" / f"coil20-{m}.json").read_text())["spec"]["settings"]
+            for m in methods}
+    assert spec["dsc_l1"]["reg1"] == 2.0 and spec["our"]["reg1"] == 1.0  # --set on one method
+    assert spec["dsc_l1"]["epochs"] == spec["our"]["epochs"] == 3  # --smoke
+    for r in methods.values():
+        s = r["per_seed"][0]
+        M = s["confusion"]
+        assert len(M) == 3 and sum(map(sum, M)) == 24
+        assert sum(M[i][i] for i in range(3)) / 24 == pytest.approx(s["metrics"]["acc"])
+    check_outputs(out, "confusion", ["coil20_confusion.png"])
+
+
+def test_confusion_counts():
+    import numpy as np
+
+    from experiments import confusion
+
+    y = np.array([1, 1, 2, 2, 3, 3])
+    M, recall, precision = confusion.confusion(y, np.array([5, 5, 7, 9, 9, 9]), 3)
+    assert M.tolist() == [[2, 0, 0], [0, 1, 1], [0, 0, 2]]
+    assert recall.tolist() == [1.0, 0.5, 1.0]
+    assert precision.tolist() == pytest.approx([1.0, 1.0, 2 / 3])
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("ablation", ["--rows", "9"], "invalid choice"),
+    ("sensitivity", ["--lambda1", "-1"], "must be >= 0"),
+    ("toy_affinity", ["--no-pretrain", "--weights", "x.h5"], "cannot be combined"),
+    ("confusion", ["--set", "nope.reg1=1"], "unknown scope"),
+    ("tsne", ["--set", "reg1=abc"], "needs a number"),
+])
+def test_bad_options_one_line(script, args, message):
+    r = subprocess.run([sys.executable, str(REPO / "experiments" / f"{script}.py"), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error:") and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
