@@ -140,6 +140,11 @@ _MESC_RELEASED = Settings(
 _DSC = Settings(framework="coupled", regularizer="l2", reg1=1.0, lr=1e-3)
 
 _ARCH_32_1 = dict(image_shape=(32, 32))
+# Pretraining: min_delta is absolute on ‖x_r − x‖/‖x‖, so datasets whose AE reconstructs to
+# ~1e-3 (COIL) need a finer one than the faces (~0.1).
+_PRE_FACES = Pretrain(lr=1e-3, max_steps=20000, patience=500, min_delta=1e-4)
+_PRE_COIL = Pretrain(lr=1e-2, max_steps=10000, patience=500, min_delta=1e-6)
+_PRE_DIGITS = Pretrain(lr=1e-3, max_steps=10000, patience=300, min_delta=1e-5)
 _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 
 DATASETS: dict[str, DatasetConfig] = {
@@ -150,6 +155,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(thr=0.2, subspace_dim=3, power=1.0),
         dsc=_DSC.replace(reg2=0.2, epochs=700, coef_init=0.0, recon_scale=0.5,
                          thr=0.2, subspace_dim=3, power=1.0, variant="dsc"),
+        pretrain=_PRE_FACES,
     ),
     "coil20": DatasetConfig(
         name="coil20", n_samples=1440, n_clusters=20,
@@ -158,6 +164,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(thr=0.04),
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc_diag"),
+        pretrain=_PRE_COIL,
     ),
     "coil40": DatasetConfig(
         name="coil40", n_samples=2880, n_clusters=40,
@@ -167,6 +174,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED,
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
+        pretrain=_PRE_COIL,
     ),
     "coil100": DatasetConfig(
         name="coil100", n_samples=7200, n_clusters=100,
@@ -176,6 +184,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(reg2=30.0, thr=0.04),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
+        pretrain=_PRE_COIL,
     ),
     "eyaleb": DatasetConfig(
         name="eyaleb", n_samples=2432, n_clusters=38,
@@ -185,6 +194,7 @@ DATASETS: dict[str, DatasetConfig] = {
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
         dsc=_DSC.replace(reg2=10 ** (38 / 10 - 3), epochs=1000, coef_init=1e-4, recon_scale=0.5,
                          thr=0.1, subspace_dim=10, power=3.5, variant="dsc"),
+        pretrain=_PRE_FACES.replace(min_delta=1e-5),
     ),
     "usps": DatasetConfig(
         name="usps", n_samples=9298, n_clusters=10,
@@ -193,6 +203,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(thr=0.04),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
+        pretrain=_PRE_DIGITS,
     ),
     "mnist": DatasetConfig(
         name="mnist", n_samples=10000, n_clusters=10,
@@ -201,6 +212,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(thr=0.04),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
+        pretrain=_PRE_DIGITS,
     ),
     "toy": DatasetConfig(
         name="toy", n_samples=216, n_clusters=3,
@@ -210,6 +222,7 @@ DATASETS: dict[str, DatasetConfig] = {
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc_diag"),
         extra={"coil20_objects": (1, 2, 3)},
+        pretrain=_PRE_COIL,
     ),
 }
 

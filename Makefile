@@ -1,0 +1,56 @@
+# mesc-tf: one target per experiment. Data is found via $MESC_DATA_DIR (default: ../shared/data
+# when it exists, else ./data); extra options go in ARGS, e.g. `make orl ARGS="--seed 3"`.
+PYTHON ?= python
+BENCHMARKS := orl coil20 coil40 coil100 eyaleb usps mnist
+PRETRAINABLE := $(BENCHMARKS) toy
+FIGURES := ablation toy sensitivity convergence tsne confusion
+SEEDS ?= 0,1,2,3,4
+JOBS ?= 1
+ifneq ($(wildcard ../shared/data),)
+MESC_DATA_DIR ?= $(abspath ../shared/data)
+endif
+export MESC_DATA_DIR
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: install test run bench table figures $(BENCHMARKS) $(FIGURES) \
+        $(addprefix pretrain-,$(PRETRAINABLE))
+
+install:
+	$(PYTHON) -m pip install -e '.[test]'
+
+test:
+	$(PYTHON) -m pytest -q tests
+
+# Fine-tune + cluster one benchmark with its settings from mesc_tf/config.py
+# (`make run DATASET=toy` for any dataset, including the Toy set).
+$(BENCHMARKS):
+	$(PYTHON) experiments/run.py --dataset $@ $(ARGS)
+run:
+	$(PYTHON) experiments/run.py --dataset $(DATASET) $(ARGS)
+
+# Pretrain one dataset's auto-encoder into pretrained/<dataset>.h5.
+$(addprefix pretrain-,$(PRETRAINABLE)):
+	$(PYTHON) experiments/pretrain.py --dataset $(@:pretrain-%=%) $(ARGS)
+
+# Step time, post-clustering time and peak memory (benchmarks/results.json).
+bench:
+	$(PYTHON) benchmarks/bench.py $(ARGS)
+
+# The paper's main tables (experiments/results/main_table.{json,md}); `make table DATASETS=orl`.
+table:
+	$(PYTHON) experiments/table.py $(if $(DATASETS),--datasets $(DATASETS)) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
+
+# The paper's other experiments (experiments/results/<name>/); `make toy` is the Toy affinity figure.
+ablation:
+	$(PYTHON) experiments/ablation.py $(ARGS)
+toy:
+	$(PYTHON) experiments/toy_affinity.py $(ARGS)
+sensitivity:
+	$(PYTHON) experiments/sensitivity.py $(ARGS)
+convergence:
+	$(PYTHON) experiments/convergence.py $(ARGS)
+tsne:
+	$(PYTHON) experiments/tsne.py $(ARGS)
+confusion:
+	$(PYTHON) experiments/confusion.py $(ARGS)
+figures: $(FIGURES)
