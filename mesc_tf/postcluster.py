@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.sparse.linalg import svds
+from scipy.sparse.linalg import ArpackError, svds
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
@@ -97,7 +97,14 @@ def _svd_embedding(C: np.ndarray, n_clusters: int, subspace_dim: int) -> np.ndar
     # svds (ARPACK) needs r < n; DSC ORL applies this clip, elsewhere it never binds.
     r = min(int(subspace_dim) * n_clusters + 1, n - 1)
     # v0 of ones as in the reference: ARPACK's start vector is otherwise random.
-    U, s, _ = svds(C, r, v0=np.ones(n))
+    try:
+        U, s, _ = svds(C, r, v0=np.ones(n))
+    except ArpackError:
+        # ARPACK stops (e.g. error 3, "no shifts could be applied") on a C with many equal
+        # singular values, such as ORL's after 30 steps at lr 1e-4. LAPACK's SVD gives the same
+        # leading triplets (signs cancel in U·Uᵀ), in svds' ascending order.
+        U, s, _ = np.linalg.svd(C, full_matrices=False)
+        U, s = U[:, r - 1::-1], s[r - 1::-1]
     U, s = U[:, ::-1], s[::-1]  # scipy returns ascending singular values; the code reverses them
     return normalize(U * np.sqrt(s), norm="l2", axis=1)
 

@@ -1,0 +1,63 @@
+"""Shared test fixtures: where the shared data and the authors' TF1 checkpoints live, and a
+seeded, deterministic TF runtime for the tests that train."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Before TensorFlow is first imported anywhere in the session.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+# The seven released auto-encoders (reference-facts §1.3), relative to shared/pretrained-tf1.
+TF1_CHECKPOINTS = {
+    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
+    "coil20": "dscnet/COIL20/model.ckpt",
+    "coil100": "dscnet/COIL100/model50.ckpt",
+    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
+    "coil40": "mesc/COIL40/model-32x32-coil40.ckpt",
+    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
+    "usps": "mesc/USPS/myusps.ckpt",
+}
+
+
+def _existing(path: Path, what: str) -> Path:
+    if not path.exists():
+        pytest.skip(f"{what} not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The shared folder beside the repository (data, checkpoints, reference numbers)."""
+    return _existing(SHARED, "shared folder")
+
+
+@pytest.fixture(scope="session")
+def shared_data(shared_dir) -> Path:
+    return _existing(shared_dir / "data", "shared data folder")
+
+
+@pytest.fixture(scope="session")
+def shared_reference(shared_dir) -> Path:
+    return _existing(shared_dir / "reference", "reference numbers folder")
+
+
+@pytest.fixture(scope="session")
+def tf1_ckpts(shared_dir) -> dict:
+    """dataset name → TF1 checkpoint prefix (without .index / .data-*)."""
+    root = _existing(shared_dir / "pretrained-tf1", "TF1 checkpoint folder")
+    prefixes = {name: root / rel for name, rel in TF1_CHECKPOINTS.items()}
+    for name, prefix in prefixes.items():
+        _existing(Path(f"{prefix}.index"), f"{name} TF1 checkpoint")
+    return prefixes
+
+
+@pytest.fixture(scope="session")
+def runtime():
+    """Seed everything once and switch on deterministic float32 (configure_runtime(0))."""
+    from mesc_tf.training import configure_runtime
+
+    configure_runtime(0)

@@ -1,0 +1,151 @@
+"""The Keras models against the shapes and initialisation of the original graphs
+(reference-facts §1.2, §2.1-2.3)."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from mesc_tf.config import DATASETS, Architecture, get_config
+from mesc_tf.model import ConvAutoEncoder, MESCNet
+
+pytestmark = pytest.mark.usefixtures("runtime")
+
+# Latent h×w×c and flattened dimension p per dataset (reference-facts §1.2).
+LATENT = {
+    "toy": ((16, 16, 15), 3840),
+    "orl": ((4, 4, 5), 80),
+    "coil20": ((16, 16, 15), 3840),
+    "coil40": ((16, 16, 20), 5120),
+    "coil100": ((16, 16, 50), 12800),
+    "eyaleb": ((6, 6, 30), 1080),
+    "usps": ((2, 2, 30), 120),
+    "mnist": ((4, 4, 30), 480),
+}
+
+# TF1 checkpoint kernel shapes, in layer order enc_0.., dec_0.. (reference-facts §1.3).
+CKPT_KERNELS = {
+    "orl": [(3, 3, 1, 3), (3, 3, 3, 3), (3, 3, 3, 5), (3, 3, 3, 5), (3, 3, 3, 3), (3, 3, 1, 3)],
+    "mnist": [(5, 5, 1, 10), (3, 3, 10, 20), (3, 3, 20, 30),
+              (3, 3, 20, 30), (3, 3, 10, 20), (5, 5, 1, 10)],
+    "coil40": [(3, 3, 1, 20), (3, 3, 1, 20)],
+    "coil100": [(5, 5, 1, 50), (5, 5, 1, 50)],
+}
+
+TINY = Architecture(image_shape=(8, 8), kernels=(3,), channels=(2,))
+
+
+def test_all_configs_are_covered():
+    assert set(LATENT) == set(DATASETS)
+
+
+@pytest.mark.parametrize("name", sorted(LATENT))
+def test_autoencoder_shapes(name):
+    arch = get_config(name).arch
+    ae = ConvAutoEncoder(arch).build_for_input()
+    x = tf.zeros((2, *arch.image_shape, 1))
+    latent, p = LATENT[name]
+    z = ae.encode(x)
+    assert tuple(z.shape) == (2, *latent) and ae.latent_shape == latent
+    assert math.prod(latent) == p
+    assert tuple(ae.decode(z).shape) == tuple(x.shape)
+    assert tuple(ae(x).shape) == tuple(x.shape)
+
+
+@pytest.mark.parametrize("name, sizes", [
+    ("eyaleb", [(12, 11), (24, 21), (48, 42)]),
+    ("mnist", [(7, 7), (14, 14), (28, 28)]),
+    ("orl", [(8, 8), (16, 16), (32, 32)]),
+])
+def test_decoder_intermediate_sizes(name, sizes):
+    """Odd sizes need output_padding (pitfall 10): 6×6 → 12×11 → 24×21, 4 → 7."""
+    ae = ConvAutoEncoder(get_config(name).arch).build_for_input()
+    act = tf.zeros((1, *ae.latent_shape))
+    for layer, size in zip(ae.decoder_layers, sizes):
+        act = layer(act)
+        assert tuple(act.shape[1:3]) == size, layer.name
+
+
+@pytest.mark.parametrize("name", sorted(LATENT))
+def test_kernel_layout(name):
+    """Encoder kernels (k, k, in, out); decoder (k, k, out, in) with dec_0 the deepest,
+    exactly the TF1 layouts so that checkpoints load one to one."""
+    arch = get_config(name).arch
+    ae = ConvAutoEncoder(arch).build_for_input()
+    ins = (1, *arch.channels[:-1])
+    expected = [(k, k, i, c) for k, i, c in zip(arch.kernels, ins, arch.channels)]
+    expected += expected[::-1]  # decoder j mirrors encoder L-1-j, same 4-D shape
+    got = [tuple(layer.kernel.shape) for layer in ae.named_layers]
+    assert got == expected
+    assert [layer.name for layer in ae.named_layers] == (
+        [f"enc_{i}" for i in range(len(arch.kernels))]
+        + [f"dec_{j}" for j in range(len(arch.kernels))])
+    if name in CKPT_KERNELS:
+        assert got == CKPT_KERNELS[name]
+    assert all(tuple(layer.bias.shape) == (s[-1] if layer.name.startswith("enc") else s[-2],)
+               for layer, s in zip(ae.named_layers, got))
+
+
+@pytest.mark.parametrize("name, layer_name", [("coil100", "enc_0"), ("eyaleb", "dec_0"),
+                                              ("mnist", "enc_2")])
+def test_he_normal_init_and_zero_biases(name, layer_name):
+    """Truncated normal (cut at 2σ), σ = √(2/fan_in)/0.8796, fan_in = kh·kw·shape[-2]
+    (for decoders: kh·kw·out_ch; reference-facts §2.1). Its actual std is √(2/fan_in)."""
+    ae = ConvAutoEncoder(get_config(name).arch).build_for_input()
+    for layer in ae.named_layers:
+        np.testing.assert_array_equal(layer.bias.numpy(), 0.0)
+    kernel = ae.get_layer(layer_name).kernel.numpy()
+    kh, kw, second_last, _ = kernel.shape
+    fan_in = kh * kw * second_last
+    cut = 2 * math.sqrt(2 / fan_in) / 0.87962566103423978
+    assert np.abs(kernel).max() <= cut + 1e-6
+    assert np.abs(kernel).max() > 0.8 * cut  # a normal, not a narrow uniform
+    assert abs(kernel.mean()) < 0.15 * math.sqrt(2 / fan_in)
+    np.testing.assert_allclose(kernel.std(), math.sqrt(2 / fan_in), rtol=0.1)
+
+
+def test_he_normal_stddev_from_graph():
+    """The graph's stddev 0.3215490 for [5,5,1,50] (fan_in 25), reference-facts §2.1."""
+    kernel = ConvAutoEncoder(get_config("coil100").arch).build_for_input().encoder_layers[0].kernel
+    assert np.abs(kernel.numpy()).max() <= 2 * 0.3215490 + 1e-6
+    np.testing.assert_allclose(kernel.numpy().std(), 0.3215490 * 0.87962566, rtol=0.1)
+
+
+@pytest.mark.parametrize("framework", ["decoupled", "coupled"])
+@pytest.mark.parametrize("name", ["orl", "eyaleb", "mnist"])
+def test_mescnet_outputs(name, framework):
+    cfg = get_config(name)
+    n = 5
+    x = tf.random.uniform((n, *cfg.arch.image_shape, 1))
+    model = MESCNet(ConvAutoEncoder(cfg.arch).build_for_input(), n,
+                    cfg.mesc.replace(framework=framework))
+    x_rec, z, cz = model(x)
+    p = LATENT[name][1]
+    assert tuple(x_rec.shape) == tuple(x.shape)
+    assert tuple(z.shape) == (n, p) and tuple(cz.shape) == (n, p)
+    assert tuple(model.coef.shape) == (n, n)
+    np.testing.assert_allclose(model.coef.numpy(), cfg.mesc.coef_init)
+    np.testing.assert_allclose(cz.numpy(), model.coef.numpy() @ z.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def recon_grad_wrt_coef(framework):
+    n = 6
+    x = tf.random.uniform((n, *TINY.image_shape, 1))
+    settings = get_config("toy").mesc.replace(framework=framework)
+    model = MESCNet(ConvAutoEncoder(TINY).build_for_input(), n, settings)
+    model(x)
+    with tf.GradientTape() as tape:
+        terms = model.compute_terms(x)
+    return tape.gradient(terms["recon"], model.coef)
+
+
+def test_decoupled_reconstruction_ignores_coef():
+    """MESC feeds the decoder Ẑ: the reconstruction has no path to C (reference-facts §2.3)."""
+    assert recon_grad_wrt_coef("decoupled") is None
+
+
+def test_coupled_reconstruction_depends_on_coef():
+    """DSC-Net feeds the decoder reshape(C·Z): the reconstruction pulls on C."""
+    grad = recon_grad_wrt_coef("coupled")
+    assert grad is not None and float(tf.reduce_max(tf.abs(grad))) > 0

@@ -1,0 +1,175 @@
+"""Auto-encoder weights on disk: the project's .h5 files and the authors' TF1 checkpoints
+(reference-facts §1.3, pitfall 11)."""
+
+import h5py
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from mesc_tf import data
+from mesc_tf.config import Architecture, get_config
+from mesc_tf.errors import MescError
+from mesc_tf.model import ConvAutoEncoder
+from mesc_tf.training import relative_error
+from mesc_tf.weights import (convert_tf1_checkpoint, load_autoencoder, load_tf1_checkpoint,
+                             read_tf1_checkpoint, save_autoencoder)
+
+pytestmark = pytest.mark.usefixtures("runtime")
+
+ARCH = get_config("orl").arch
+
+
+def expect_error(match, fn, *args, **kwargs):
+    with pytest.raises(MescError, match=match) as info:
+        fn(*args, **kwargs)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def random_images(arch, n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return tf.constant(rng.random((n, *arch.image_shape, 1)) * 255, tf.float32)
+
+
+def all_weights(ae):
+    return [v.numpy() for layer in ae.named_layers for v in (layer.kernel, layer.bias)]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    for layer in ae.named_layers:  # non-zero biases, so a bias mix-up would show
+        layer.bias.assign(tf.random.normal(layer.bias.shape))
+    path = save_autoencoder(ae, tmp_path / "ae.h5", {"dataset": "orl", "steps": np.int64(7)})
+    return ae, path
+
+
+# --- the project's .h5 format ----------------------------------------------------------------
+
+
+def test_h5_round_trip(saved):
+    ae, path = saved
+    loaded, meta = load_autoencoder(path, ARCH)
+    assert loaded.arch == ARCH and meta == {"dataset": "orl", "steps": 7}
+    for a, b in zip(all_weights(ae), all_weights(loaded)):
+        np.testing.assert_array_equal(a, b)
+    x = random_images(ARCH)
+    np.testing.assert_array_equal(ae(x).numpy(), loaded(x).numpy())
+    assert load_autoencoder(path)[0].arch == ARCH  # the file knows its architecture
+    assert not list(path.parent.glob("*.tmp"))  # the atomic write left nothing behind
+
+
+def test_h5_other_architecture(saved):
+    _, path = saved
+    other = Architecture(image_shape=(32, 32), kernels=(3,), channels=(15,))
+    msg = expect_error("holds an auto-encoder for", load_autoencoder, path, other)
+    assert str(other.to_dict()) in msg and str(ARCH.to_dict()) in msg
+
+
+def test_h5_wrong_layer_shape(saved):
+    _, path = saved
+    with h5py.File(path, "a") as f:
+        del f["enc_1"]["kernel"]
+        f["enc_1"]["kernel"] = np.zeros((5, 5, 3, 3), np.float32)
+    msg = expect_error("enc_1", load_autoencoder, path, ARCH)
+    assert "(5, 5, 3, 3)" in msg and "(3, 3, 3, 3)" in msg
+
+
+def test_h5_missing_layer(saved):
+    _, path = saved
+    with h5py.File(path, "a") as f:
+        del f["dec_2"]
+    expect_error("needs .*dec_2", load_autoencoder, path, ARCH)
+
+
+def test_h5_bad_files(tmp_path):
+    garbage = tmp_path / "garbage.h5"
+    garbage.write_bytes(b"\x00\x01not an hdf5 file at all" * 20)
+    expect_error("not a valid .h5", load_autoencoder, garbage)
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["enc_0/kernel"] = np.zeros((3, 3, 1, 3), np.float32)
+    expect_error("not a mesc-tf auto-encoder file", load_autoencoder, foreign)
+    expect_error("not found", load_autoencoder, tmp_path / "absent.h5")
+
+
+# --- the authors' TF1 checkpoints ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["orl", "coil20", "coil40", "coil100", "eyaleb", "usps",
+                                  "mnist"])
+def test_tf1_checkpoint_conversion(name, tf1_ckpts, tmp_path):
+    """Every released checkpoint reads as its dataset's architecture, and the converted .h5
+    gives the same auto-encoder as loading the checkpoint directly."""
+    arch = get_config(name).arch
+    ckpt_arch, weights = read_tf1_checkpoint(tf1_ckpts[name], arch.image_shape)
+    assert ckpt_arch == arch
+    direct = load_tf1_checkpoint(tf1_ckpts[name], arch)
+    reader = tf.train.load_checkpoint(str(tf1_ckpts[name]))
+    np.testing.assert_array_equal(direct.get_layer("dec_0").kernel.numpy(),
+                                  reader.get_tensor("dec_w0"))  # no flip, no transpose
+    n = len(arch.kernels)  # biases: Variable, Variable_1, ..., encoder first
+    np.testing.assert_array_equal(direct.get_layer(f"dec_{n - 1}").bias.numpy(),
+                                  reader.get_tensor(f"Variable_{2 * n - 1}"))
+    out = convert_tf1_checkpoint(tf1_ckpts[name], arch.image_shape, tmp_path / f"{name}.h5",
+                                 {"dataset": name})
+    converted, meta = load_autoencoder(out, arch)
+    assert meta["dataset"] == name and meta["converted_from"] == str(tf1_ckpts[name])
+    x = random_images(arch, seed=1)
+    np.testing.assert_array_equal(converted(x).numpy(), direct(x).numpy())
+
+
+def test_tf1_checkpoint_wrong_architecture(tf1_ckpts):
+    expect_error("kernels \\(3,\\) and channels \\(15,\\)", load_tf1_checkpoint,
+                 tf1_ckpts["coil20"], get_config("coil40").arch)
+
+
+def forward_errors(ae, x, batch_size=2048):
+    """(½·SSE, ‖x_r − x‖/‖x‖) over the whole set, in one pass."""
+    sse = norm = 0.0
+    for i in range(0, len(x), batch_size):
+        xb = tf.constant(x[i:i + batch_size])
+        sse += float(tf.reduce_sum(tf.square(ae(xb) - xb)))
+        norm += float(tf.reduce_sum(tf.square(xb)))
+    return 0.5 * sse, float(np.sqrt(sse / norm))
+
+
+@pytest.mark.parametrize("name, sse, rel, rel_atol", [
+    ("orl", 6.75719e7, 0.13043, 1e-5),
+    ("coil20", 0.288799, 0.00143, 1e-5),
+    ("mnist", 6.11286e8, 0.14507, 1e-5),
+    ("eyaleb", None, 0.039, 1e-3),
+    ("usps", None, 0.219, 1e-3),
+])
+def test_tf1_forward_regression(name, sse, rel, rel_atol, tf1_ckpts, shared_data):
+    """The AE forward-pass numbers of reference-facts §1.3 on the shared data: they pin the
+    loader (scale, orientation) and the conversion together."""
+    x = data.load_dataset(name, shared_data).x
+    ae = load_tf1_checkpoint(tf1_ckpts[name], get_config(name).arch)
+    got_sse, got_rel = forward_errors(ae, x)
+    np.testing.assert_allclose(got_rel, rel, rtol=0, atol=rel_atol)
+    if sse is not None:
+        np.testing.assert_allclose(got_sse, sse, rtol=1e-4)
+    if name == "orl":  # the package's own figure agrees
+        np.testing.assert_allclose(relative_error(ae, x, batch_size=150), got_rel, rtol=1e-5)
+
+
+def test_tf1_checkpoint_missing(tmp_path):
+    expect_error("cannot read TF1 checkpoint", read_tf1_checkpoint, tmp_path / "nope.ckpt",
+                 (32, 32))
+
+
+def test_tf1_checkpoint_missing_tensors(tmp_path):
+    """A TF1-style checkpoint (v1 Saver, bare names) holding only enc_w0."""
+    prefix = str(tmp_path / "partial.ckpt")
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("enc_w0", initializer=np.zeros((3, 3, 1, 3), np.float32))
+        saver = tf.compat.v1.train.Saver([w])
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            saver.save(sess, prefix)
+    assert set(tf.train.load_checkpoint(prefix).get_variable_to_shape_map()) == {"enc_w0"}
+    msg = expect_error("lacks tensors", read_tf1_checkpoint, prefix, (32, 32))
+    assert "dec_w0" in msg and "Variable_1" in msg
+    expect_error("lacks tensors", load_tf1_checkpoint, prefix, Architecture((32, 32), (3,), (3,)))
