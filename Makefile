@@ -19,7 +19,7 @@ install:
 	$(PYTHON) -m pip install -e '.[test]'
 
 test:
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q -n 2 tests
 
 # Fine-tune + cluster one benchmark with its settings from mesc_tf/config.py
 # (`make run DATASET=toy` for any dataset, including the Toy set).

@@ -18,5 +18,5 @@ setup(
         "matplotlib",
         "joblib",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest", "pytest-xdist"]},
 )

@@ -49,6 +49,6 @@ def finetune_tf1(x, weights, *, framework, regularizer, reg1, reg2, lr, steps, c
             sess.run(v1.global_variables_initializer())
             history = []
             for _ in range(steps):
-                history.append(sess.run(loss, {xin: x}))
-                sess.run(train, {xin: x})
+                # The fetched loss is the forward pass the update's gradients come from.
+                history.append(sess.run([loss, train], {xin: x})[0])
             return sess.run(coef), np.asarray(history)
