@@ -25,6 +25,10 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, help="upper bound on full-batch steps")
     p.add_argument("--patience", type=int, help="steps without improvement before stopping")
     p.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
+    p.add_argument("--lr-patience", type=int,
+                   help="halve the learning rate after this many steps without improvement")
+    p.add_argument("--init", metavar="H5", help="continue training this .h5 auto-encoder "
+                   "instead of starting from he_normal weights")
     p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
@@ -37,7 +41,8 @@ def parse_args(argv=None):
         p.error("--checkpoint-every must be >= 1")
     for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 1, ">= 1"),
                            ("patience", lambda v: v >= 0, ">= 0"),
-                           ("min_delta", lambda v: v >= 0, ">= 0")):
+                           ("min_delta", lambda v: v >= 0, ">= 0"),
+                           ("lr_patience", lambda v: v >= 0, ">= 0")):
         value = getattr(args, name)
         if value is not None and not ok(value):
             p.error(f"--{name.replace('_', '-')} must be {need}, got {value}")
@@ -50,11 +55,12 @@ def main(argv=None, cleanup=None):
     from mesc_tf.config import get_config
     from mesc_tf.errors import MescError
     from mesc_tf.training import configure_runtime
-    from mesc_tf.weights import save_autoencoder
+    from mesc_tf.weights import load_autoencoder, save_autoencoder
 
     cfg = get_config(args.dataset)
     schedule = cfg.pretrain.replace(lr=args.lr, max_steps=args.max_steps,
-                                    patience=args.patience, min_delta=args.min_delta)
+                                    patience=args.patience, min_delta=args.min_delta,
+                                    lr_patience=args.lr_patience)
     out = Path(args.out) if args.out else pipeline.pretrained_path(args.dataset)
     # Before the (long) training: refuse to replace a result, and check it can be written.
     made = cli.prepare_out_file(out, force=args.force, what="output")
@@ -74,14 +80,19 @@ def main(argv=None, cleanup=None):
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
           f"{schedule}")
     start = time.perf_counter()
-    ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, verbose=0 if args.quiet else 1,
+    init, init_meta = load_autoencoder(args.init, cfg.arch) if args.init else (None, None)
+    ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,
+                                 verbose=0 if args.quiet else 1,
                                  log_dir=args.tensorboard, backup_dir=backup,
                                  checkpoint_every=args.checkpoint_every)
     meta = {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
         "n_samples": len(ds.x), "seed": args.seed, "lr": schedule.lr,
         "max_steps": schedule.max_steps, "patience": schedule.patience,
-        "min_delta": schedule.min_delta, "steps": info["steps"], "best_step": info["best_step"],
+        "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
+        "steps": info["steps"], "best_step": info["best_step"],
+        # A warm start: the steps above come on top of the initial file's.
+        "init": {"path": args.init, "metadata": init_meta} if args.init else None,
         "relative_error": info["relative_error"], "seconds": time.perf_counter() - start,
         "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
         "versions": cli.versions(),

@@ -102,12 +102,15 @@ class Settings:
 class Pretrain:
     """Auto-encoder pretraining: full-batch Adam on ½Σ(x_r − x)², stopped when the relative
     reconstruction error ‖x_r − x‖/‖x‖ has not improved by ``min_delta`` for ``patience``
-    steps, or after ``max_steps``; the best weights are kept."""
+    steps, or after ``max_steps``; the best weights are kept. With ``lr_patience`` > 0 the
+    learning rate is halved after that many steps without improvement (Adam's noise floor at
+    a constant rate is what stops the COIL auto-encoders)."""
 
     lr: float = 1e-3
     max_steps: int = 5000
     patience: int = 200
     min_delta: float = 1e-4
+    lr_patience: int = 0
 
     def replace(self, **changes) -> "Pretrain":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -143,7 +146,7 @@ _ARCH_32_1 = dict(image_shape=(32, 32))
 # Pretraining: min_delta is absolute on ‖x_r − x‖/‖x‖, so datasets whose AE reconstructs to
 # ~1e-3 (COIL) need a finer one than the faces (~0.1).
 _PRE_FACES = Pretrain(lr=1e-3, max_steps=20000, patience=500, min_delta=1e-4)
-_PRE_COIL = Pretrain(lr=1e-2, max_steps=10000, patience=500, min_delta=1e-6)
+_PRE_COIL = Pretrain(lr=1e-2, max_steps=10000, patience=500, min_delta=1e-6, lr_patience=150)
 _PRE_DIGITS = Pretrain(lr=1e-3, max_steps=10000, patience=300, min_delta=1e-5)
 _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 

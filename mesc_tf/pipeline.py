@@ -91,11 +91,12 @@ def check_memory(n_samples: int, arch: Architecture):
     return need
 
 
-def pretrain(x, arch: Architecture, schedule, *, verbose=1, log_dir=None, backup_dir=None,
-             checkpoint_every=None, jit_compile=False):
-    """Train a he_normal auto-encoder on ``x`` alone (no self-expression).
+def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=None,
+             backup_dir=None, checkpoint_every=None, jit_compile=False):
+    """Train an auto-encoder on ``x`` alone (no self-expression).
 
-    ``schedule`` is a :class:`mesc_tf.config.Pretrain`. Seed with configure_runtime first.
+    Starts from he_normal weights (seed with configure_runtime first), or continues training
+    the auto-encoder ``init``. ``schedule`` is a :class:`mesc_tf.config.Pretrain`.
     Returns (autoencoder with the best weights, info dict).
     """
     import keras
@@ -104,14 +105,19 @@ def pretrain(x, arch: Architecture, schedule, *, verbose=1, log_dir=None, backup
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
     from mesc_tf.training import fit_full_batch, relative_error
 
-    ae = ConvAutoEncoder(arch).build_for_input()
+    ae = init if init is not None else ConvAutoEncoder(arch).build_for_input()
     net = PretrainNet(ae)
     net(tf.convert_to_tensor(x[:1], tf.float32))
-    stop = keras.callbacks.EarlyStopping(monitor="rel_err", mode="min", min_delta=schedule.min_delta,
-                                         patience=schedule.patience, restore_best_weights=True)
+    callbacks = [keras.callbacks.EarlyStopping(
+        monitor="rel_err", mode="min", min_delta=schedule.min_delta, patience=schedule.patience,
+        restore_best_weights=True)]
+    if schedule.lr_patience:
+        callbacks.append(keras.callbacks.ReduceLROnPlateau(
+            monitor="rel_err", mode="min", factor=0.5, patience=schedule.lr_patience,
+            min_delta=schedule.min_delta, min_lr=schedule.lr / 1000))
     history, seconds = fit_full_batch(
         net, x, schedule.max_steps, schedule.lr, verbose=verbose, log_dir=log_dir,
-        backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=[stop],
+        backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=callbacks,
         jit_compile=jit_compile)
     return ae, {"steps": int(net.optimizer.iterations.numpy()), "seconds": seconds,
                 "best_step": int(np.argmin(history["rel_err"])) + 1 if len(history["rel_err"]) else 0,
