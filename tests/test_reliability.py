@@ -510,7 +510,7 @@ def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
     assert np.array_equal(np.load(out / "C.npy"), resumed)
 
     # Resuming with other options is refused in one line, and nothing is touched.
-    code, _, err = invoke(RUN, [*argv, "--resume", "--lr", "0.001"], capsys)
+    code, _, err = invoke(RUN, [*argv, "--resume", "--lr", "0.005"], capsys)
     assert code == 2
-    assert_one_error_line(err, "made with other options", "lr: 0.0001 now 0.001")
+    assert_one_error_line(err, "made with other options", f"lr: {get_config('orl').mesc.lr} now 0.005")
     assert json.loads(state.read_text())["epoch"] == epochs
