@@ -465,7 +465,7 @@ class Results:
         return rec
 
     def write_summary(self, summary: dict, markdown: str | None = None):
-        from mesc_tf.training import atomic_write_text
+        from mesc_tf.files import atomic_write_text
 
         cli.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,

@@ -289,7 +289,7 @@ def main(argv=None):
 
     def write(invocation):
         cli.write_json(json_path, table)
-        from mesc_tf.training import atomic_write_text
+        from mesc_tf.files import atomic_write_text
 
         atomic_write_text(md_path, render_md(table, invocation))
 

@@ -130,7 +130,7 @@ def prepare_out_file(path, *, force=False, what="output file"):
 
 def write_json(path, obj):
     """Write JSON atomically (temporary file + rename)."""
-    from mesc_tf.training import atomic_write_text
+    from mesc_tf.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(obj, indent=2, default=_default) + "\n")
 
@@ -139,19 +139,12 @@ def save_npy(path, array):
     """Save a float32 .npy atomically."""
     import numpy as np
 
+    from mesc_tf.files import atomic_file
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npy")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.asarray(array, np.float32))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_file(path, "wb") as f:
+        np.save(f, np.asarray(array, np.float32))
 
 
 def _default(o):
@@ -222,9 +215,3 @@ def _remove(paths):
                 shutil.rmtree(p, ignore_errors=True)
         elif p.exists():
             p.unlink()
-
-
-def _umask():
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask

@@ -8,13 +8,14 @@ them, EarlyStopping can watch them and :class:`AtomicBackupAndRestore` makes run
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from mesc_tf.files import atomic_write_text
 
 
 # TF1's AdamOptimizer default; Keras' is 1e-7 (pitfall 3).
@@ -39,8 +40,37 @@ def full_batch(x):
     return tf.data.Dataset.from_tensors(tf.convert_to_tensor(x, tf.float32)).repeat()
 
 
+class FusedAdam(keras.optimizers.Adam):
+    """Keras Adam whose update is TF's fused ``ApplyAdam`` kernel, the one TF1's AdamOptimizer ran.
+
+    Same rule as Keras' Adam (m += (g−m)(1−β1), v += (g²−v)(1−β2),
+    var −= lr·√(1−β2ᵗ)/(1−β1ᵗ)·m/(√v+ε)), but in one in-place pass instead of about ten
+    elementwise ops that each allocate an n×n temporary: for MNIST's C (10000², 400 MB) that is
+    ~4x faster and keeps no temporaries. It also takes 1−β1 and 1−β2 in float32 as TF1 did
+    (Keras rounds 1−β from float64), so C follows the released graph ~6x more closely.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        index = self._get_variable_index(variable)
+
+        def handle(v):
+            return (v.value if isinstance(v, keras.Variable) else v).handle
+
+        tf.raw_ops.ResourceApplyAdam(
+            var=handle(variable), m=handle(self._momentums[index]),
+            v=handle(self._velocities[index]), beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1,
+            beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
+            use_locking=False)
+
+
 def adam(lr):
-    return keras.optimizers.Adam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON)
+    return FusedAdam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON)
 
 
 class StepProgbar(keras.callbacks.Callback):
@@ -132,29 +162,6 @@ def resumed_epoch(backup_dir):
     """The epoch a backup in ``backup_dir`` resumes from (0 if none)."""
     state = Path(backup_dir) / "state.json"
     return json.loads(state.read_text())["epoch"] if state.exists() else 0
-
-
-def atomic_write_text(path, text):
-    """Write text to path via a temporary file and a rename, so readers never see half."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, default_file_mode())  # mkstemp makes 0600; give the usual mode
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def default_file_mode():
-    """The mode open() would give a new file (0666 minus the umask); mkstemp gives 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _fsync(path):

@@ -20,6 +20,7 @@ import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError
+from mesc_tf.files import default_file_mode
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -45,7 +46,7 @@ def save_autoencoder(autoencoder, path, metadata=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".h5.tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+    os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; give the usual mode
     try:
         with _open_h5(tmp, "w") as f:
             f.attrs["format"] = FORMAT
@@ -168,12 +169,6 @@ def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
     assign_weights(ae, weights, prefix)
     meta = {"converted_from": str(prefix), **(metadata or {})}
     return save_autoencoder(ae, out_path, meta)
-
-
-def _umask():
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
 
 
 def _json_default(o):

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 from scipy.sparse.linalg import ArpackError
 
 from mesc_tf import pipeline, postcluster
