@@ -12,7 +12,7 @@ endif
 export MESC_DATA_DIR
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test run bench table figures $(BENCHMARKS) $(FIGURES) \
+.PHONY: install test run table figures $(BENCHMARKS) $(FIGURES) \
         $(addprefix pretrain-,$(PRETRAINABLE))
 
 install:
@@ -31,10 +31,6 @@ run:
 # Pretrain one dataset's auto-encoder into pretrained/<dataset>.h5.
 $(addprefix pretrain-,$(PRETRAINABLE)):
 	$(PYTHON) experiments/pretrain.py --dataset $(@:pretrain-%=%) $(ARGS)
-
-# Step time, post-clustering time and peak memory (benchmarks/results.json).
-bench:
-	$(PYTHON) benchmarks/bench.py $(ARGS)
 
 # The paper's main tables (experiments/results/main_table.{json,md}); `make table DATASETS=orl`.
 table:
