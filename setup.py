@@ -10,6 +10,7 @@ setup(
     install_requires=[
         "tensorflow>=2.16",
         "keras>=3",
+        "tensorboard",  # the TensorBoard callback; TF 2.21 wheels no longer depend on it
         "numpy",
         "scipy",
         "scikit-learn",

@@ -88,21 +88,16 @@ def run_dataset(name, args, results):
             rec = results.get(key, spec)
             if rec is None:
                 print(f"  row {idx} (ME {me}, decoupled {dec}, pretrained {pre}), seed {seed}")
-                if pre and shared is not None:
-                    coef, ft_s, pre_s, steps = shared
-                else:
-                    ae, pre_s = common.load_autoencoder(name, src, seed)
-                    model, _, ft_s = common.fine_tune(d, settings, ae, args)
-                    coef, steps = model.coef.numpy(), int(model.optimizer.iterations.numpy())
-                    del model, ae
-                    common.release()
-                    if pre:
-                        shared = (coef, ft_s, pre_s, steps)
-                c = common.cluster_seeds(coef, d, settings, [seed])[0]
+                t = shared if pre and shared is not None else common.train(
+                    d, settings, src, args, seed)
+                if pre:
+                    shared = t
+                ft_s, pre_s = t.finetune_s, t.pretrain_s
+                c = common.cluster_seeds(t.coef, d, settings, [seed])[0]
                 total = ft_s + c["post_s"] + (pre_s or 0.0)
                 rec = results.put(key, spec, {
                     **c, "finetune_s": ft_s, "pretrain_s": pre_s if pre else None,
-                    "total_s": total, "steps": steps,
+                    "total_s": total, "steps": t.steps,
                     "finetune_shared_across_seeds": bool(pre)})
                 m = c["metrics"]
                 print(f"    ACC {m['acc']:.4f}  NMI {m['nmi']:.4f}  fine-tune {ft_s:.1f} s  "

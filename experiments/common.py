@@ -337,12 +337,38 @@ def load_autoencoder(name: str, src: dict, seed: int):
 # Training and clustering (thin wrappers over mesc_tf.pipeline)
 
 
-def fine_tune(d: Data, settings, ae, args):
-    """pipeline.fine_tune on the whole of d.x. Returns (model, history, seconds)."""
+@dataclass
+class Trained:
+    """What the experiments keep of one fine-tuning (the model itself is freed)."""
+    coef: np.ndarray
+    history: dict
+    finetune_s: float
+    pretrain_s: float | None
+    steps: int
+    extra: object = None
+
+
+def train(d: Data, settings, src: dict, args, seed: int, inspect=None) -> Trained:
+    """Fine-tune a fresh copy of the run's auto-encoder (``src``, seeded by ``seed``) on the
+    whole of d.x through pipeline.fine_tune, then free the model. ``inspect(model)``, if given,
+    runs on the trained model first (e.g. to encode the data); its value is ``extra``."""
     from mesc_tf import pipeline
 
     quiet_retracing()
-    return pipeline.fine_tune(d.x, settings, ae, verbose=0 if args.quiet else 1)
+    ae, pre_s = load_autoencoder(d.name, src, seed)
+    model, history, ft_s = pipeline.fine_tune(d.x, settings, ae, verbose=0 if args.quiet else 1)
+    out = Trained(model.coef.numpy(), history, ft_s, pre_s,
+                  int(model.optimizer.iterations.numpy()),
+                  inspect(model) if inspect is not None else None)
+    del model, ae
+    release()
+    return out
+
+
+def method_spec(d: Data, method: str, settings, src: dict, args) -> dict:
+    """The run-record spec of one method preset fine-tuned once and clustered with args.seeds."""
+    return {"dataset": d.name, "subset": d.subset, "n": d.n, "method": method,
+            "settings": settings.to_dict(), "autoencoder": src["label"], "seeds": args.seeds}
 
 
 def cluster_seeds(coef, d: Data, settings, seeds, keep_labels=False) -> list[dict]:

@@ -53,21 +53,16 @@ def run_dataset(name, args, results):
     for method in args.methods:
         settings = common.configure(common.preset(name, method), args, method)
         key = f"{name}-{method}"
-        spec = {"dataset": name, "subset": d.subset, "n": d.n, "method": method,
-                "settings": settings.to_dict(), "autoencoder": src["label"], "seeds": args.seeds}
+        spec = common.method_spec(d, method, settings, src, args)
         rec = results.get(key, spec)
         if rec is None:
             print(f"  {common.METHODS[method]}: {settings.regularizer}, {settings.framework}")
-            ae, _ = common.load_autoencoder(name, src, args.seeds[0])
-            model, _, ft_s = common.fine_tune(d, settings, ae, args)
-            coef = model.coef.numpy()
-            del model, ae
-            common.release()
-            clusterings = common.cluster_seeds(coef, d, settings, args.seeds, keep_labels=True)
+            t = common.train(d, settings, src, args, args.seeds[0])
+            clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds, keep_labels=True)
             for c in clusterings:
                 M, rec_, prec = confusion(d.y, c["labels"], d.n_clusters)
                 c.update(confusion=M.tolist(), recall=rec_.tolist(), precision=prec.tolist())
-            rec = results.put(key, spec, {"finetune_s": ft_s, "clusterings": clusterings})
+            rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings})
         cl = rec["result"]["clusterings"]
         acc = common.mean_std([c["metrics"]["acc"] for c in cl])
         nmi = common.mean_std([c["metrics"]["nmi"] for c in cl])

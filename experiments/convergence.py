@@ -49,14 +49,11 @@ def run_dataset(d, args, results):
             "autoencoder": src["label"], "seeds": args.seeds}
     rec = results.get(key, spec)
     if rec is None:
-        ae, _ = common.load_autoencoder(name, src, args.seeds[0])
-        model, history, ft_s = common.fine_tune(d, settings, ae, args)
-        coef = model.coef.numpy()
-        del model, ae
-        common.release()
+        t = common.train(d, settings, src, args, args.seeds[0])
         rec = results.put(key, spec, {
-            "finetune_s": ft_s, "history": {k: list(map(float, v)) for k, v in history.items()},
-            "clusterings": common.cluster_seeds(coef, d, settings, args.seeds)})
+            "finetune_s": t.finetune_s,
+            "history": {k: list(map(float, v)) for k, v in t.history.items()},
+            "clusterings": common.cluster_seeds(t.coef, d, settings, args.seeds)})
     res = rec["result"]
     curves = weighted(res["history"], rec["spec"]["settings"])
     acc = common.mean_std([c["metrics"]["acc"] for c in res["clusterings"]])

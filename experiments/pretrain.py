@@ -2,11 +2,13 @@
 
     python experiments/pretrain.py --dataset orl            # writes pretrained/orl.h5
 
-Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal start. Stops when the relative
-reconstruction error has not improved by --min-delta for --patience steps, or after
---max-steps; keeps the best weights. Defaults per dataset are in mesc_tf/config.py.
+Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal (or --initializer) start. Stops when
+the relative reconstruction error has not improved by --min-delta for --patience steps, when
+it reaches --target, or after --max-steps; keeps the best weights. Defaults per dataset are in
+mesc_tf/config.py.
 """
 
+import dataclasses
 import shutil
 import sys
 import time
@@ -27,6 +29,10 @@ def parse_args(argv=None):
     p.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
     p.add_argument("--lr-patience", type=int,
                    help="halve the learning rate after this many steps without improvement")
+    p.add_argument("--target", type=float,
+                   help="stop as soon as the relative error is at most this (0 = never)")
+    p.add_argument("--initializer", choices=("he_normal", "glorot_uniform"),
+                   help="kernel initializer of a fresh auto-encoder")
     p.add_argument("--init", metavar="H5", help="continue training this .h5 auto-encoder "
                    "instead of starting from he_normal weights")
     p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
@@ -42,7 +48,8 @@ def parse_args(argv=None):
     for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 1, ">= 1"),
                            ("patience", lambda v: v >= 0, ">= 0"),
                            ("min_delta", lambda v: v >= 0, ">= 0"),
-                           ("lr_patience", lambda v: v >= 0, ">= 0")):
+                           ("lr_patience", lambda v: v >= 0, ">= 0"),
+                           ("target", lambda v: 0 <= v < 1, "in [0, 1)")):
         value = getattr(args, name)
         if value is not None and not ok(value):
             p.error(f"--{name.replace('_', '-')} must be {need}, got {value}")
@@ -60,7 +67,9 @@ def main(argv=None, cleanup=None):
     cfg = get_config(args.dataset)
     schedule = cfg.pretrain.replace(lr=args.lr, max_steps=args.max_steps,
                                     patience=args.patience, min_delta=args.min_delta,
-                                    lr_patience=args.lr_patience)
+                                    lr_patience=args.lr_patience, initializer=args.initializer)
+    if args.target is not None:  # given explicitly, 0 switches a configured target off
+        schedule = dataclasses.replace(schedule, target=args.target or None)
     out = Path(args.out) if args.out else pipeline.pretrained_path(args.dataset)
     # Before the (long) training: refuse to replace a result, and check it can be written.
     made = cli.prepare_out_file(out, force=args.force, what="output")
@@ -90,6 +99,7 @@ def main(argv=None, cleanup=None):
         "n_samples": len(ds.x), "seed": args.seed, "lr": schedule.lr,
         "max_steps": schedule.max_steps, "patience": schedule.patience,
         "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
+        "target": schedule.target, "initializer": None if args.init else schedule.initializer,
         "steps": info["steps"], "best_step": info["best_step"],
         # A warm start: the steps above come on top of the initial file's.
         "init": {"path": args.init, "metadata": init_meta} if args.init else None,

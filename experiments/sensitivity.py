@@ -64,12 +64,9 @@ def run_dataset(name, args, results):
             rec = results.get(key, spec)
             if rec is None:
                 print(f"  λ1 {fmt(l1)}, λ2 {fmt(l2)} (code reg1 {fmt(4 * l1)}, reg2 {fmt(4 * l2)})")
-                ae, _ = common.load_autoencoder(name, src, args.seeds[0])
-                model, history, ft_s = common.fine_tune(d, settings, ae, args)
-                coef = model.coef.numpy()
-                del model, ae
-                common.release()
-                final = float(history["loss"][-1]) if len(history.get("loss", [])) else None
+                t = common.train(d, settings, src, args, args.seeds[0])
+                coef, ft_s = t.coef, t.finetune_s
+                final = float(t.history["loss"][-1]) if len(t.history.get("loss", [])) else None
                 if not np.all(np.isfinite(coef)):
                     clusterings, err = [], "C has NaN/inf (training diverged)"
                 else:

@@ -93,19 +93,14 @@ def run_dataset(name, args, results):
     for method in args.methods:
         settings = common.configure(common.preset(name, method), args, method)
         key = f"{name}-{method}"
-        spec = {"dataset": name, "subset": d.subset, "n": d.n, "method": method,
-                "settings": settings.to_dict(), "autoencoder": src["label"], "seeds": args.seeds}
+        spec = common.method_spec(d, method, settings, src, args)
         rec = results.get(key, spec)
         if rec is None or not results.path(key, ".npy").exists():
             print(f"  {common.METHODS[method]}: {settings.regularizer}, {settings.framework}")
-            ae, _ = common.load_autoencoder(name, src, args.seeds[0])
-            model, _, ft_s = common.fine_tune(d, settings, ae, args)
-            coef = model.coef.numpy()
-            del model, ae
-            common.release()
-            clusterings = common.cluster_seeds(coef, d, settings, args.seeds)
-            common.cli.save_npy(results.path(key, ".npy"), coef)
-            rec = results.put(key, spec, {"finetune_s": ft_s, "clusterings": clusterings})
+            t = common.train(d, settings, src, args, args.seeds[0])
+            clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds)
+            common.cli.save_npy(results.path(key, ".npy"), t.coef)
+            rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings})
         coef = np.load(results.path(key, ".npy"))
         A = normalised(coef, args.signed, args.zero_diagonal)
         blocks, off = block_stats(A, d.y)

@@ -98,22 +98,19 @@ def run_dataset(name, args, results):
     for method in args.methods:
         settings = common.configure(common.preset(name, method), args, method)
         key = f"{name}-{method}"
-        spec = {"dataset": name, "subset": d.subset, "n": d.n, "method": method,
-                "settings": settings.to_dict(), "autoencoder": src["label"], "seeds": args.seeds}
+        spec = common.method_spec(d, method, settings, src, args)
         rec = results.get(key, spec)
         if rec is None or not results.path(key, ".npy").exists():
             print(f"  {common.METHODS[method]}")
-            ae, _ = common.load_autoencoder(name, src, args.seeds[0])
-            model, _, ft_s = common.fine_tune(d, settings, ae, args)
-            coef, z = model.coef.numpy(), encode(model, d.x)
-            del model, ae
-            common.release()
-            clusterings = common.cluster_seeds(coef, d, settings, args.seeds, keep_labels=True)
+            t = common.train(d, settings, src, args, args.seeds[0],
+                             inspect=lambda model: encode(model, d.x))
+            z = t.extra
+            clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds, keep_labels=True)
             for c in clusterings:
                 c["homogeneity"] = float(homogeneity_score(d.y, c["labels"]))
                 c["completeness"] = float(completeness_score(d.y, c["labels"]))
             common.cli.save_npy(results.path(key, ".npy"), z)
-            rec = results.put(key, spec, {"finetune_s": ft_s, "latent_dim": int(z.shape[1]),
+            rec = results.put(key, spec, {"finetune_s": t.finetune_s, "latent_dim": int(z.shape[1]),
                                           "clusterings": clusterings})
         cl = rec["result"]["clusterings"]
         z = np.load(results.path(key, ".npy"))

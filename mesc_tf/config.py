@@ -104,13 +104,19 @@ class Pretrain:
     reconstruction error ‖x_r − x‖/‖x‖ has not improved by ``min_delta`` for ``patience``
     steps, or after ``max_steps``; the best weights are kept. With ``lr_patience`` > 0 the
     learning rate is halved after that many steps without improvement (Adam's noise floor at
-    a constant rate is what stops the COIL auto-encoders)."""
+    a constant rate is what stops the COIL auto-encoders). With ``target`` set, training also
+    stops at the first step whose error is ≤ ``target`` (the DSC authors stopped "as soon as
+    the reconstructions look reasonable"; we make that a number). ``initializer`` is the Keras
+    kernel initializer of the fresh auto-encoder (the model's he_normal, or glorot_uniform as
+    the DSLSP pretraining scripts used)."""
 
     lr: float = 1e-3
     max_steps: int = 5000
     patience: int = 200
     min_delta: float = 1e-4
     lr_patience: int = 0
+    target: float | None = None
+    initializer: str = "he_normal"
 
     def replace(self, **changes) -> "Pretrain":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

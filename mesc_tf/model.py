@@ -43,11 +43,11 @@ def transposed_output_padding(size_in, size_out):
 class ConvAutoEncoder(keras.Model):
     """The convolutional auto-encoder of DSC-Net / MESC-Net for one Architecture."""
 
-    def __init__(self, arch: Architecture, **kwargs):
+    def __init__(self, arch: Architecture, kernel_initializer="he_normal", **kwargs):
         super().__init__(**kwargs)
         self.arch = arch
         conv = dict(strides=2, padding="same", activation="relu",
-                    kernel_initializer="he_normal", bias_initializer="zeros")
+                    kernel_initializer=kernel_initializer, bias_initializer="zeros")
         self.encoder_layers = [
             keras.layers.Conv2D(c, k, name=f"enc_{i}", **conv)
             for i, (k, c) in enumerate(zip(arch.kernels, arch.channels))

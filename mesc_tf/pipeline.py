@@ -103,14 +103,17 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import fit_full_batch, relative_error
+    from mesc_tf.training import StopAtTarget, fit_full_batch, relative_error
 
-    ae = init if init is not None else ConvAutoEncoder(arch).build_for_input()
+    ae = init if init is not None else ConvAutoEncoder(
+        arch, kernel_initializer=schedule.initializer).build_for_input()
     net = PretrainNet(ae)
     net(tf.convert_to_tensor(x[:1], tf.float32))
     callbacks = [keras.callbacks.EarlyStopping(
         monitor="rel_err", mode="min", min_delta=schedule.min_delta, patience=schedule.patience,
         restore_best_weights=True)]
+    if schedule.target is not None:
+        callbacks.append(StopAtTarget(schedule.target))
     if schedule.lr_patience:
         callbacks.append(keras.callbacks.ReduceLROnPlateau(
             monitor="rel_err", mode="min", factor=0.5, patience=schedule.lr_patience,

@@ -93,6 +93,20 @@ class StepProgbar(keras.callbacks.Callback):
         self.bar.update(epoch + 1, [(k, float(v)) for k, v in (logs or {}).items()])
 
 
+class StopAtTarget(keras.callbacks.Callback):
+    """Stop training at the first step whose ``monitor`` is ≤ ``target`` (place it after an
+    EarlyStopping with restore_best_weights, so that step's weights are the ones kept)."""
+
+    def __init__(self, target, monitor="rel_err"):
+        super().__init__()
+        self.target, self.monitor = float(target), monitor
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is not None and value <= self.target:
+            self.model.stop_training = True
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """BackupAndRestore whose backup survives a kill at any moment.
 

@@ -1,0 +1,77 @@
+"""Pretraining (issue 3): a tiny auto-encoder on synthetic images learns and is saved as a
+loadable .h5; the stopping rules (patience, target error) and the initializer option."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from mesc_tf import pipeline
+from mesc_tf.config import Architecture, Pretrain
+from mesc_tf.training import configure_runtime, relative_error
+from mesc_tf.weights import load_autoencoder, save_autoencoder
+
+ARCH = Architecture(image_shape=(16, 16), kernels=(3, 3), channels=(4, 6))
+
+
+@pytest.fixture(scope="module")
+def x():
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(0)
+    imgs = np.stack([np.maximum(gaussian_filter(rng.standard_normal((16, 16)), 1.5), 0)
+                     for _ in range(40)])
+    return (imgs / imgs.max())[..., None].astype(np.float32)
+
+
+def test_pretraining_lowers_the_error_and_writes_a_loadable_file(x, tmp_path):
+    configure_runtime(0)
+    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=60, patience=60), verbose=0)
+    err = info["history"]["rel_err"]
+    assert info["steps"] == 60 and err[-1] < 0.6 * err[0]
+    # The best weights are kept, not the last ones.
+    assert info["relative_error"] <= err.min() + 1e-6
+    path = tmp_path / "tiny.h5"
+    save_autoencoder(ae, path, {"steps": info["steps"]})
+    loaded, meta = load_autoencoder(path, ARCH)
+    assert meta["steps"] == 60
+    np.testing.assert_array_equal(loaded(tf.constant(x)).numpy(), ae(tf.constant(x)).numpy())
+    assert relative_error(loaded, x) == pytest.approx(info["relative_error"])
+
+
+def test_target_error_stops_training_early(x):
+    configure_runtime(0)
+    _, free = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=40, patience=40), verbose=0)
+    target = float(free["history"]["rel_err"][9])  # what 10 steps reach
+    configure_runtime(0)
+    _, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=40, patience=40,
+                                                  target=target), verbose=0)
+    assert info["steps"] == 10
+    assert info["relative_error"] <= target + 1e-6
+
+
+def test_initializer_option(x):
+    stds = {}
+    for init in ("he_normal", "glorot_uniform"):
+        configure_runtime(0)
+        ae, _ = pipeline.pretrain(x, ARCH, Pretrain(max_steps=1, initializer=init), verbose=0)
+        stds[init] = float(np.std(ae.encoder_layers[1].kernel.numpy()))
+    # enc_1: 3×3×4 → 6. he_normal std √(2/36) = 0.24; glorot_uniform √(2/(36+54)) = 0.15
+    # (one Adam step of lr 1e-3 barely moves them).
+    assert stds["he_normal"] == pytest.approx(np.sqrt(2 / 36), rel=0.25)
+    assert stds["glorot_uniform"] == pytest.approx(np.sqrt(2 / 90), rel=0.25)
+
+
+def test_pretrain_command_checks_the_new_options(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "pretrain_cli", Path(__file__).resolve().parents[1] / "experiments" / "pretrain.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for argv, needle in ((["--target", "1.5"], "--target must be in [0, 1)"),
+                         (["--initializer", "zeros"], "invalid choice")):
+        with pytest.raises(SystemExit) as e:
+            mod.parse_args(["--dataset", "orl", *argv])
+        assert e.value.code == 2
+        assert needle in capsys.readouterr().err
