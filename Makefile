@@ -12,7 +12,7 @@ endif
 export MESC_DATA_DIR
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test run table figures $(BENCHMARKS) $(FIGURES) \
+.PHONY: install test run table compare-ae figures $(BENCHMARKS) $(FIGURES) \
         $(addprefix pretrain-,$(PRETRAINABLE))
 
 install:
@@ -35,6 +35,10 @@ $(addprefix pretrain-,$(PRETRAINABLE)):
 # The paper's main tables (experiments/results/main_table.{json,md}); `make table DATASETS=orl`.
 table:
 	$(PYTHON) experiments/table.py $(if $(DATASETS),--datasets $(DATASETS)) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
+
+# Our auto-encoders vs the original checkpoints, same settings (experiments/results/autoencoders/).
+compare-ae:
+	$(PYTHON) experiments/compare_autoencoders.py $(if $(DATASETS),--datasets $(DATASETS)) $(ARGS)
 
 # The paper's other experiments (experiments/results/<name>/); `make toy` is the Toy affinity figure.
 ablation:

@@ -154,6 +154,9 @@ _ARCH_32_1 = dict(image_shape=(32, 32))
 _PRE_FACES = Pretrain(lr=1e-3, max_steps=20000, patience=500, min_delta=1e-4)
 _PRE_COIL = Pretrain(lr=1e-2, max_steps=10000, patience=500, min_delta=1e-6, lr_patience=150)
 _PRE_DIGITS = Pretrain(lr=1e-3, max_steps=10000, patience=300, min_delta=1e-5)
+# EYaleB, USPS and MNIST stop at their original checkpoint's relative error (reference-facts
+# §1.3; the DSC authors stopped "as soon as the reconstructions look reasonable"): a full
+# patience run is hours per dataset on a CPU (1-3 s per full-batch step).
 _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 
 DATASETS: dict[str, DatasetConfig] = {
@@ -206,7 +209,7 @@ DATASETS: dict[str, DatasetConfig] = {
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
         dsc=_DSC.replace(reg2=10 ** (38 / 10 - 3), epochs=1000, coef_init=1e-4, recon_scale=0.5,
                          thr=0.1, subspace_dim=10, power=3.5, variant="dsc"),
-        pretrain=_PRE_FACES.replace(min_delta=1e-5),
+        pretrain=_PRE_FACES.replace(min_delta=1e-5, target=0.039),
     ),
     "usps": DatasetConfig(
         name="usps", n_samples=9298, n_clusters=10,
@@ -215,7 +218,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(thr=0.04),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
-        pretrain=_PRE_DIGITS,
+        pretrain=_PRE_DIGITS.replace(target=0.22),
     ),
     "mnist": DatasetConfig(
         name="mnist", n_samples=10000, n_clusters=10,
@@ -224,7 +227,7 @@ DATASETS: dict[str, DatasetConfig] = {
         mesc=_MESC_RELEASED.replace(thr=0.04),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
-        pretrain=_PRE_DIGITS,
+        pretrain=_PRE_DIGITS.replace(target=0.145),
     ),
     "toy": DatasetConfig(
         name="toy", n_samples=216, n_clusters=3,

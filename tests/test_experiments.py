@@ -204,3 +204,20 @@ def test_bad_options_one_line(script, args, message):
     assert r.returncode == 2
     assert r.stderr.startswith("error:") and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
+    from experiments import compare_autoencoders
+
+    tf1_dir = tf1_ckpts["coil20"].parents[2]  # .../pretrained-tf1
+    out = tmp_path / "ae"
+    summary = compare_autoencoders.main(["--datasets", "toy", "--seeds", "0", "--max-epochs", "2",
+                                         "--tf1-dir", str(tf1_dir), "--out", str(out)])
+    err = summary["toy"]["relative_error"]
+    assert 0 < err["ours"] < 0.01 and 0 < err["original"] < 0.01  # both fit the Toy objects
+    r = summary["toy"]["methods"]["our"]
+    assert len(r["ours"]["acc"]) == len(r["original"]["acc"]) == 1
+    md = (out / "autoencoders.md").read_text()
+    assert md.startswith("# Our auto-encoders") and "| toy | our |" in md
+    with pytest.raises(SystemExit):  # a missing checkpoint folder: one clear error
+        compare_autoencoders.parse_args(["--datasets", "toy", "--tf1-dir", str(tmp_path)])

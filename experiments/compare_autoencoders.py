@@ -1,0 +1,138 @@
+"""Our pretrained auto-encoders against the authors' original checkpoints, same settings.
+
+    python experiments/compare_autoencoders.py --datasets orl coil20 toy
+    make compare-ae DATASETS="orl coil20 toy"
+
+For each dataset: the relative reconstruction error of pretrained/<dataset>.h5 and of the
+original TF1 checkpoint on the same data, then the main-table methods (default: our) fine-tuned
+from each with the settings of mesc_tf/config.py and clustered with every seed (through
+experiments/table.py, so the cells are resumable and identical to the main table's). Writes
+experiments/results/autoencoders/{autoencoders.json, autoencoders.md} and the two tables it
+ran in ours/ and original/ beside them.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/table.py
+
+from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import DATASETS, METHODS  # noqa: E402
+
+# The authors' checkpoints (reference-facts §1.3) below the TF1 folder; Toy is COIL20's.
+ORIGINAL_CHECKPOINTS = {
+    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
+    "coil20": "dscnet/COIL20/model.ckpt",
+    "toy": "dscnet/COIL20/model.ckpt",
+    "coil40": "mesc/COIL40/model-32x32-coil40.ckpt",
+    "coil100": "dscnet/COIL100/model50.ckpt",
+    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
+    "usps": "mesc/USPS/myusps.ckpt",
+    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
+}
+DEFAULT_TF1_DIR = Path(__file__).resolve().parents[2] / "shared" / "pretrained-tf1"
+
+
+def parse_args(argv=None):
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
+                   default=["orl", "coil20", "toy"], metavar="NAME",
+                   help="datasets (default: orl coil20 toy)")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=["our"],
+                   metavar="M", help=f"methods (default: our; any of {', '.join(METHODS)})")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0,1,2,3,4)")
+    p.add_argument("--tf1-dir", default=os.environ.get("MESC_TF1_DIR", str(DEFAULT_TF1_DIR)),
+                   help="folder of the original checkpoints (default: $MESC_TF1_DIR, then "
+                        "../shared/pretrained-tf1)")
+    p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
+    p.add_argument("--out", default="experiments/results/autoencoders", help="output folder")
+    p.add_argument("--force", action="store_true", help="recompute cells already finished")
+    p.add_argument("--max-epochs", type=int, metavar="N",
+                   help="SMOKE TESTS ONLY: cap fine-tuning at N steps (as table.py)")
+    args = p.parse_args(argv)
+    args.out, args.tf1_dir = Path(args.out), Path(args.tf1_dir)
+    for d in args.datasets:
+        ckpt = args.tf1_dir / ORIGINAL_CHECKPOINTS[d]
+        if not Path(str(ckpt) + ".index").is_file():
+            p.error(f"no original checkpoint for {d} at {ckpt}; pass --tf1-dir DIR (the folder "
+                    "holding dscnet/ and mesc/)")
+    return args
+
+
+def reconstruction_errors(dataset, data_dir, tf1_prefix):
+    from mesc_tf import data, pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.training import relative_error
+    from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
+
+    x = data.load_dataset(dataset, data_dir).x
+    arch = get_config(dataset).arch
+    ours = load_autoencoder(pipeline.pretrained_path(dataset), arch)[0]
+    return {"ours": relative_error(ours, x),
+            "original": relative_error(load_tf1_checkpoint(tf1_prefix, arch), x)}
+
+
+def render_md(summary, seeds) -> str:
+    import numpy as np
+
+    lines = ["# Our auto-encoders vs the original checkpoints", "",
+             "Same data, same fine-tuning settings (mesc_tf/config.py), same seeds "
+             f"({', '.join(map(str, seeds))}); only the auto-encoder differs. ACC/NMI in %: "
+             "median (mean ± std over the seeds). Command: `python "
+             "experiments/compare_autoencoders.py --datasets "
+             f"{' '.join(summary)}`.", "",
+             "| dataset | method | recon. error ours | original | ratio | ACC ours | ACC original "
+             "| NMI ours | NMI original | ours ≥ original |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(v):
+        v = 100 * np.asarray(v)
+        return f"{np.median(v):.2f} ({v.mean():.2f} ± {v.std(ddof=1) if len(v) > 1 else 0:.2f})"
+
+    for d, s in summary.items():
+        e = s["relative_error"]
+        for m, r in s["methods"].items():
+            ok = (np.median(r["ours"]["acc"]) >= np.median(r["original"]["acc"])
+                  and np.median(r["ours"]["nmi"]) >= np.median(r["original"]["nmi"]))
+            lines.append(f"| {d} | {m} | {e['ours']:.4f} | {e['original']:.4f} | "
+                         f"{e['ours'] / e['original']:.2f} | {cell(r['ours']['acc'])} | "
+                         f"{cell(r['original']['acc'])} | {cell(r['ours']['nmi'])} | "
+                         f"{cell(r['original']['nmi'])} | {'yes' if ok else 'no'} |")
+    lines += ["", "Fine-tuning from a pretrained auto-encoder is deterministic: the seeds vary "
+              "only the spectral clustering, so the spread is the clustering's.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import table
+
+    from mesc_tf import data
+    from mesc_tf.files import atomic_write_text
+
+    data_dir = data.find_data_dir(args.data_dir)
+    common = ["--datasets", *args.datasets, "--methods", *args.methods, "--seeds", args.seeds,
+              "--data-dir", str(data_dir), *(["--force"] if args.force else []),
+              *(["--max-epochs", str(args.max_epochs)] if args.max_epochs else [])]
+    ours = table.main([*common, "--out", str(args.out / "ours")])
+    original = table.main([*common, "--out", str(args.out / "original"), *[
+        a for d in args.datasets
+        for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
+    summary = {}
+    for d in args.datasets:
+        summary[d] = {
+            "relative_error": reconstruction_errors(d, data_dir,
+                                                    args.tf1_dir / ORIGINAL_CHECKPOINTS[d]),
+            "methods": {m: {"ours": {k: ours[d][m][k] for k in ("acc", "nmi", "seeds")},
+                            "original": {k: original[d][m][k] for k in ("acc", "nmi", "seeds")}}
+                        for m in args.methods}}
+    cli.write_json(args.out / "autoencoders.json", summary)
+    atomic_write_text(args.out / "autoencoders.md", render_md(summary, args.seeds.split(",")))
+    print(f"{args.out / 'autoencoders.md'}")
+    return summary
+
+
+if __name__ == "__main__":
+    cli.main_guard(main)
