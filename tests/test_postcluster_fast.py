@@ -1,0 +1,251 @@
+"""The fast post-clustering route equals the reference route (issue 6).
+
+Every piece of ``postcluster``'s fast route is checked against the released scripts' numerics
+(the reference route) on small, realistic C's: block-diagonal + noise, as trained
+self-expression matrices are, thresholded by thrC. Labels must be identical for a fixed seed
+wherever the problem is well-posed; where it is not (numerically repeated Laplacian
+eigenvalues, e.g. a disconnected affinity graph), the fast route must say so, and
+``method="strict"`` must give the reference's labels.
+"""
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from mesc_tf import postcluster as pc
+from mesc_tf.errors import MescError
+from mesc_tf.metrics import accuracy
+
+
+def trained_like(seed=0, sizes=(30, 40, 25, 35, 30), noise=0.2, dtype=np.float32):
+    """Block-diagonal + noise with heavy-tailed in-block weights, rows/columns shuffled."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    n = y.size
+    C = noise * np.abs(rng.standard_normal((n, n)))
+    same = y[:, None] == y[None, :]
+    C[same] += rng.uniform(0.5, 1.0, same.sum()) * rng.random(same.sum()) ** 3
+    C -= 0.01 * rng.random((n, n))  # a few negative entries, as entropy-trained C's have
+    perm = rng.permutation(n)
+    return C[np.ix_(perm, perm)].astype(dtype), y[perm]
+
+
+def mesc_like(n=120, seed=0, steps=127, lr=1e-4):
+    """All entries near 1e-4 + T·lr·drift, as after MESC fine-tuning: dense, similar sizes."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 4, n)
+    same = (y[:, None] == y[None, :]).astype(np.float32)
+    C = 1e-4 + steps * lr * (0.3 + 0.05 * rng.standard_normal((n, n)) + same * rng.random((n, n)) ** 12)
+    return C.astype(np.float32), y
+
+
+# --- thrC ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ratio", [0.01, 0.04, 0.2, 0.7, 1.0, 1.5])
+def test_thrC_blocked_equals_reference(ratio):
+    for C in (trained_like(1)[0], mesc_like()[0], trained_like(2, dtype=np.float64)[0]):
+        want = pc._thrC_reference(C, ratio) if ratio < 1 else C
+        got = pc.thrC(C, ratio)
+        assert got.dtype == C.dtype
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(pc._thrC_sparse(C, ratio).toarray(), want)
+
+
+def test_thrC_ties_at_the_threshold_follow_argsort():
+    """A constant C ties every column at its threshold: the reference keeps the entries its
+    argsort lists first; so must the fast thrC (bit for bit, signs included)."""
+    rng = np.random.default_rng(3)
+    C = np.full((64, 64), 1e-4, np.float32)
+    C[:, ::3] *= -1  # equal magnitudes, mixed signs
+    C[:5, :5] = rng.random((5, 5))
+    for ratio in (0.03, 0.1, 0.5):
+        want = pc._thrC_reference(C, ratio)
+        got = pc.thrC(C, ratio)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_thrC_small_blocks(monkeypatch):
+    """Several column blocks (the block size is a memory bound, not a result)."""
+    monkeypatch.setattr(pc, "_THRC_BLOCK_BYTES", 4 * 150 * 7)  # 7 columns per block
+    C, _ = trained_like(4)
+    np.testing.assert_array_equal(pc.thrC(C, 0.05), pc._thrC_reference(C, 0.05))
+
+
+# --- post_proC pieces ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["mesc", "dsc", "dsc_diag"])
+def test_sparse_pretreatment_equals_dense(variant):
+    C, _ = trained_like(5)
+    Cs = pc._thrC_sparse(C, 0.1)
+    got = pc._pretreat_sparse(Cs, variant).toarray()
+    np.testing.assert_array_equal(got, pc.pretreat(Cs.toarray(), variant))
+
+
+@pytest.mark.parametrize("dense_max", [4096, 0])  # dense eigh of CᵀC, then ARPACK on sparse CᵀC
+def test_svd_embedding_gives_the_reference_affinity(monkeypatch, dense_max):
+    monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", dense_max)
+    C, _ = trained_like(6)
+    Cs = pc._pretreat_sparse(pc._thrC_sparse(C, 0.1), "mesc")
+    info = {}
+    U = pc._svd_embedding_fast(Cs, 5, 4, info)
+    assert U is not None and info["svd_gap"] >= pc.SVD_GAP_MIN
+    assert ("dense" in info["svd"]) == bool(dense_max)
+    U_ref = pc._svd_embedding(Cs.toarray(), 5, 4)
+    np.testing.assert_allclose(U @ U.T, U_ref @ U_ref.T, atol=1e-10)
+    L = pc._affinity_inplace(U, 3.5)
+    assert L.flags.c_contiguous and np.array_equal(L, L.T) and L.max() == 1.0
+    np.testing.assert_allclose(L, pc._affinity_from_embedding(U_ref, 3.5), atol=1e-10)
+
+
+def test_ill_determined_subspace_is_detected():
+    """Equal singular values across the rank-r cut: no fast SVD, the reference svds is used."""
+    n, u = 60, (np.arange(60) % 2).astype(float)
+    Cs = pc._pretreat_sparse(pc._thrC_sparse(np.eye(n) + 0.01 * np.outer(u, u), 1.0), "mesc")
+    info = {}
+    assert pc._svd_embedding_fast(Cs, 5, 3, info) is None
+    info = {}
+    labels = pc.cluster(np.eye(n) + 0.01 * np.outer(u, u), 5, 1.0, 3, 1.0, info=info)
+    assert info["svd"].startswith("reference") and info["ill_posed"] and labels.shape == (n,)
+
+
+@pytest.mark.parametrize("power", [1.0, 8.0])
+def test_inplace_spectral_step_is_sklearns(power):
+    """Given the same L, the in-place spectral step returns sklearn's labels bit for bit, in
+    well-posed and ill-posed cases alike (it is the same algorithm)."""
+    for noise in (0.2, 0.0):
+        C, _ = trained_like(7, noise=noise)
+        L = pc.affinity(pc.thrC(C, 0.1), 5, 4, power, "mesc")
+        for seed in (0, 1, 5):
+            want = pc.spectral(L, 5, seed)
+            got = pc._spectral_inplace(L.copy(), 5, seed, {})
+            np.testing.assert_array_equal(got, want)
+
+
+# --- the whole route ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["mesc", "dsc", "dsc_diag"])
+@pytest.mark.parametrize("power", [1.0, 3.5, 8.0])
+def test_fast_route_equals_reference_when_well_posed(variant, power):
+    for seed in range(3):
+        C, y = trained_like(seed)
+        info = {}
+        fast, times = pc.cluster(C, 5, 0.2, 4, power, variant, seed=seed, return_timings=True,
+                                 info=info)
+        ref = pc.cluster(C, 5, 0.2, 4, power, variant, seed=seed, method="reference")
+        assert not info["ill_posed"], info
+        np.testing.assert_array_equal(fast, ref)
+        assert set(times) == {"thrc_s", "svd_s", "spectral_s"}
+        assert accuracy(y, fast) > 0.9
+
+
+@pytest.mark.parametrize("power", [1.0, 8.0])
+def test_large_n_routes_equal_reference(monkeypatch, power):
+    """The routes taken above n = 4096 (ARPACK on the sparse CᵀC for the SVD, a Cholesky
+    factor for the shift-invert), forced on small problems."""
+    monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
+    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    for seed in range(3):
+        C, _ = trained_like(seed)
+        info = {}
+        fast = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=seed, info=info)
+        assert "ARPACK" in info["svd"] and "Cholesky" in info["spectral"] and not info["ill_posed"]
+        np.testing.assert_array_equal(
+            fast, pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=seed, method="reference"))
+
+
+def test_fast_route_on_a_mesc_like_C():
+    C, y = mesc_like(n=160, seed=2)
+    for power in (1.0, 8.0):
+        info = {}
+        fast = pc.cluster(C, 4, 0.04, 12, power, "mesc", seed=0, info=info)
+        ref = pc.cluster(C, 4, 0.04, 12, power, "mesc", seed=0, method="reference")
+        if info["ill_posed"]:
+            fast = pc.cluster(C, 4, 0.04, 12, power, "mesc", seed=0, method="strict")
+        np.testing.assert_array_equal(fast, ref)
+
+
+def test_fine_tuned_toy_C_fast_equals_reference(shared_data, runtime):
+    """A real C: the Toy set (216 COIL20 images) fine-tuned 20 steps from the shipped
+    auto-encoder through pipeline.fine_tune, clustered with four post-clustering settings and
+    three seeds. Where the fast route does not flag the problem, its labels must be the
+    reference's (by the dense eigh and the in-place LU); where it does, strict's must be. The
+    flag is a conservative bound, so nearly every case must take the fast route unflagged."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.data import load_dataset
+
+    cfg = get_config("toy")
+    ds = load_dataset("toy", shared_data)
+    ae, _ = pipeline.get_autoencoder(cfg.arch, dataset="toy")
+    model, _, _ = pipeline.fine_tune(ds.x, cfg.mesc.replace(epochs=20), ae, verbose=0)
+    C, s, unflagged = model.coef.numpy(), cfg.mesc, 0
+    for thr, d, power in ((s.thr, s.subspace_dim, s.power), (0.04, 12, 8.0), (0.1, 4, 1.0),
+                          (0.2, 4, 3.5)):
+        for seed in range(3):
+            info = {}
+            labels = pc.cluster(C, 3, thr, d, power, s.variant, seed=seed, info=info)
+            assert "dense eigh" in info["svd"] and "LU" in info["spectral"]
+            if info["ill_posed"]:
+                labels = pc.cluster(C, 3, thr, d, power, s.variant, seed=seed, method="strict")
+            unflagged += not info["ill_posed"]
+            np.testing.assert_array_equal(
+                labels, pc.cluster(C, 3, thr, d, power, s.variant, seed=seed, method="reference"))
+    assert unflagged >= 10
+
+
+def test_discretize_margin_replays_sklearn():
+    """_discretize_margin must make sklearn's decisions (it certifies them)."""
+    from sklearn.cluster._spectral import discretize
+
+    rng = np.random.default_rng(0)
+    for n, k in ((60, 3), (200, 8), (150, 12)):
+        for seed in range(3):
+            vectors = rng.standard_normal((n, k)) + 3 * np.eye(k)[rng.integers(0, k, n)]
+            want = discretize(vectors, random_state=np.random.RandomState(seed))
+            got, margin = pc._discretize_margin(vectors, np.random.RandomState(seed))
+            np.testing.assert_array_equal(got, want)
+            assert margin >= 0
+
+
+def test_released_orl_C_is_flagged_and_strict_matches(shared_reference):
+    """The released graph's ORL C (reference/README.md): sklearn's discretize leaves clusters
+    empty there and its rotation is then arbitrary, so the reference's own labels move with
+    rounding. The fast route must flag it; strict must give the reference's labels."""
+    from mesc_tf.config import get_config
+
+    C = np.load(shared_reference / "orl_decoupled_entropy_C100.npy")
+    s = get_config("orl").mesc
+    args = (C, 40, s.thr, s.subspace_dim, s.power, s.variant)
+    info = {}
+    pc.cluster(*args, seed=0, info=info)
+    assert info["ill_posed"] and info["discretize_margin"] < pc.DISCRETIZE_MARGIN_MIN
+    np.testing.assert_array_equal(pc.cluster(*args, seed=0, method="strict"),
+                                  pc.cluster(*args, seed=0, method="reference"))
+
+
+def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
+    """Exactly block-diagonal after thrC: the affinity graph falls apart into components, the
+    Laplacian's smallest eigenvalue repeats and ARPACK's basis for it is arbitrary. The fast
+    route flags it (its partition is still the reference's, numbered differently at most);
+    method="strict" recomputes L the reference's way and matches the labels exactly."""
+    C, y = trained_like(0, noise=0.0)
+    for power in (1.0, 8.0):
+        info = {}
+        fast = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=3, info=info)
+        assert info["ill_posed"] and info["spectral_min_gap"] < pc.SPECTRAL_GAP_MIN
+        ref = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=3, method="reference")
+        assert adjusted_rand_score(ref, fast) == 1.0
+        info = {}
+        strict = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=3, method="strict", info=info)
+        assert info["fallback"] == "reference affinity"
+        np.testing.assert_array_equal(strict, ref)
+
+
+def test_method_is_checked():
+    C, _ = trained_like(0)
+    with pytest.raises(MescError, match="method"):
+        pc.cluster(C, 5, 0.2, 4, 1.0, method="quick")
