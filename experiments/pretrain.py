@@ -103,7 +103,8 @@ def main(argv=None, cleanup=None):
         "steps": info["steps"], "best_step": info["best_step"],
         # A warm start: the steps above come on top of the initial file's.
         "init": {"path": args.init, "metadata": init_meta} if args.init else None,
-        "relative_error": info["relative_error"], "seconds": time.perf_counter() - start,
+        "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],
+        "seconds": time.perf_counter() - start,
         "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
         "versions": cli.versions(),
     }
@@ -111,7 +112,8 @@ def main(argv=None, cleanup=None):
     if backup is not None:  # the result is safe; its checkpoint would only be stale now
         shutil.rmtree(backup, ignore_errors=True)
     print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
-          f"{info['relative_error']:.5f}; wrote {out}")
+          f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}; "
+          f"wrote {out}")
     return meta
 
 

@@ -116,7 +116,7 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import StopAtTarget, fit_full_batch, relative_error
+    from mesc_tf.training import StopAtTarget, dead_channels, fit_full_batch, relative_error
 
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
@@ -137,7 +137,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         jit_compile=jit_compile)
     return ae, {"steps": int(net.optimizer.iterations.numpy()), "seconds": seconds,
                 "best_step": int(np.argmin(history["rel_err"])) + 1 if len(history["rel_err"]) else 0,
-                "relative_error": relative_error(ae, x), "history": history}
+                "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
+                "history": history}
 
 
 def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, backup_dir=None,

@@ -215,3 +215,14 @@ def relative_error(autoencoder, x, batch_size=2048):
         num += float(tf.reduce_sum(tf.square(autoencoder(xb) - xb)))
         den += float(tf.reduce_sum(tf.square(xb)))
     return float(np.sqrt(num / den))
+
+
+def dead_channels(autoencoder, x, batch_size=2048) -> list[int]:
+    """Latent channels that are 0 (ReLU off) for every image of ``x``: they carry nothing into
+    the self-expression. A too-high pretraining learning rate kills some (README, Pretraining)."""
+    alive = None
+    for i in range(0, len(x), batch_size):
+        z = autoencoder.encode(tf.convert_to_tensor(x[i:i + batch_size], tf.float32))
+        on = tf.reduce_any(tf.reshape(z, (-1, z.shape[-1])) > 0, axis=0)
+        alive = on if alive is None else tf.logical_or(alive, on)
+    return [int(c) for c in np.flatnonzero(~alive.numpy())]

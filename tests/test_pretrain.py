@@ -75,3 +75,15 @@ def test_pretrain_command_checks_the_new_options(capsys):
             mod.parse_args(["--dataset", "orl", *argv])
         assert e.value.code == 2
         assert needle in capsys.readouterr().err
+
+
+def test_dead_channels_finds_channels_off_for_every_image(x):
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.training import dead_channels
+
+    configure_runtime(0)
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    assert dead_channels(ae, x) == []  # zero biases, he_normal: every channel fires somewhere
+    last = ae.encoder_layers[-1]
+    last.bias.assign(last.bias.numpy() - np.array([0, 1e6, 0, 0, 0, 1e6], np.float32))
+    assert dead_channels(ae, x) == [1, 5]
