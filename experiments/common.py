@@ -545,18 +545,15 @@ def pyplot():
 
 def save_figure(fig, path, dpi=120):
     """Save a figure as PNG atomically (temporary file + rename) and close it."""
-    plt = pyplot()
+    from mesc_tf.files import atomic_file
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
+        with atomic_file(path, "wb") as f:
+            fig.savefig(f, dpi=dpi, bbox_inches="tight", format="png")
     finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        pyplot().close(fig)
     return path
 
 
