@@ -21,6 +21,11 @@ install:
 test:
 	$(PYTHON) -m pytest -q -n 2 tests
 
+# Speed and memory (issue 6): step times vs the released graph and the matmul floor,
+# post-clustering, peak RSS, MNIST-10k end to end; `make bench ARGS="--datasets orl --repeats 5"`.
+bench:
+	$(PYTHON) benchmarks/bench.py --e2e --json benchmarks/results.json $(ARGS)
+
 # Fine-tune + cluster one benchmark with its settings from mesc_tf/config.py
 # (`make run DATASET=toy` for any dataset, including the Toy set).
 $(BENCHMARKS):

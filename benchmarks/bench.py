@@ -1,0 +1,435 @@
+"""Speed and memory benchmark of fine-tuning and post-clustering (issue 6).
+
+    python benchmarks/bench.py --e2e --json benchmarks/results.json     # what `make bench` runs
+    python benchmarks/bench.py --datasets orl,coil20 --repeats 5 --post fast --no-original
+
+Each dataset runs in its own subprocess, so that its peak RSS (``ru_maxrss``) is its own.
+Per dataset it measures, in that one process:
+
+* ``step_ms``: milliseconds per fine-tuning step through the real path (``pipeline.fine_tune``
+  → ``keras.Model.fit``, one epoch = one full-batch Adam step), the median of ``--repeats``
+  steps after ``--warmup``, with ``jit_compile`` off and on (``--jit``);
+* ``original_step_ms``: the same for the released MESC graph (TF1 ops in a ``tf.compat.v1``
+  session, adapted from tests/tf1_graph.py), fetching loss and C with every update as the
+  released script does (reference-facts §2.6), same weights and settings;
+* ``floor_ms``: the three n×n by n×p products a step cannot avoid (C·Z forward, dC = G·Zᵀ and
+  dZ = Cᵀ·G) in one ``tf.function``;
+* ``post``: post-clustering seconds split into thrC / SVD (+ affinity) / spectral for each
+  ``--post`` method ("fast", the default route; "strict"; "reference", the released scripts'
+  numerics), whether their labels are identical and whether the fast route flagged the
+  problem as ill-posed (see mesc_tf/postcluster.py);
+* ``peak_rss_gib_fine_tune``, ``peak_rss_gib``: the process's peak RSS (GiB) after our
+  fine-tuning, and after the floor and the fast post-clustering, before the reference route
+  and the original graph run (they need more: ``peak_rss_gib_all``).
+
+The post-clustering C is the one fine-tuned in the timing runs (warm-up + timed steps, last
+``--jit`` mode) from the dataset's auto-encoder (``pretrained/<dataset>.h5``, else the original
+TF1 checkpoint if found, else he_normal), or ``--coef DIR``'s ``<dataset>.npy`` where it exists. Real data is used
+when the dataset files are found, otherwise random images of the right shape. ``--e2e`` first
+runs ``experiments/run.py --dataset mnist`` end to end (127 steps, all 10000 images) in a
+subprocess and reports its peak RSS; MNIST's post-clustering then uses that run's trained C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATASETS = ("orl", "coil20", "eyaleb", "mnist")
+# The released MESC graph on this 2-core CPU, as issue 6 states it.
+ISSUE = {
+    "orl": {"step_ms": 28.0},
+    "coil20": {"step_ms": 400.0, "post_s": 8.0},
+    "eyaleb": {"step_ms": 710.0, "post_s": 28.0},
+    "mnist": {"step_ms": 3600.0, "post_s": 104.0, "peak_rss_gb": 11.0},
+}
+# (warm-up, timed) steps per dataset: MNIST steps take seconds.
+DEFAULT_STEPS = {"orl": (5, 20), "coil20": (3, 10), "eyaleb": (3, 8), "mnist": (2, 5)}
+# The original auto-encoders, used where the project ships none (reference-facts §1.3).
+TF1_CHECKPOINTS = {
+    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
+    "coil20": "dscnet/COIL20/model.ckpt",
+    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
+    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
+}
+TF1_DIR = Path(os.environ.get("MESC_TF1_DIR", ROOT.parent / "shared" / "pretrained-tf1"))
+
+
+def _peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _median_ms(times_s):
+    return round(1000 * sorted(times_s)[len(times_s) // 2], 2)
+
+
+def _tf1_checkpoint(name):
+    prefix = TF1_DIR / TF1_CHECKPOINTS[name] if name in TF1_CHECKPOINTS else None
+    return prefix if prefix is not None and Path(f"{prefix}.index").is_file() else None
+
+
+def autoencoder_source(name):
+    """Keyword arguments for pipeline.get_autoencoder: shipped .h5, TF1 checkpoint, he_normal."""
+    from mesc_tf import pipeline
+
+    if pipeline.pretrained_path(name).is_file():
+        return {"dataset": name}
+    prefix = _tf1_checkpoint(name)
+    return {"tf1_checkpoint": str(prefix)} if prefix else {"no_pretrain": True}
+
+
+def load_or_random(name, seed=0):
+    """The real dataset if its files are found, else random images of the right shape."""
+    import numpy as np
+
+    from mesc_tf import data
+    from mesc_tf.config import get_config
+    from mesc_tf.errors import MescError
+
+    cfg = get_config(name)
+    try:
+        ds = data.load_dataset(name)
+        return ds.x, ds.y, "real"
+    except MescError:
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(0, 255, (cfg.n_samples, *cfg.arch.image_shape, 1)).astype(np.float32)
+        y = np.arange(cfg.n_samples) % cfg.n_clusters + 1
+        return x, y, "random"
+
+
+def ours_steps(x, cfg, jit, steps, seed):
+    """Fine-tune ``steps`` steps through pipeline.fine_tune; (model, per-step wall times)."""
+    import keras
+
+    from mesc_tf import pipeline
+    from mesc_tf.training import configure_runtime
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.t = [time.perf_counter()]
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.t.append(time.perf_counter())
+
+    # Keras refuses XLA under op determinism; CPU kernels are deterministic either way.
+    configure_runtime(seed, deterministic=not jit)
+    if jit:
+        from tensorflow.python.framework import config as tf_config
+
+        tf_config.disable_op_determinism()
+    ae, _ = pipeline.get_autoencoder(cfg.arch, **autoencoder_source(cfg.name))
+    timer = StepTimer()
+    model, _, _ = pipeline.fine_tune(x, cfg.mesc.replace(epochs=steps), ae, verbose=0,
+                                     jit_compile=jit, callbacks=[timer])
+    return model, [b - a for a, b in zip(timer.t, timer.t[1:])]
+
+
+def original_steps(x, ae, settings, steps):
+    """Per-step wall times of the released graph: TF1-style ops in a compat.v1 session (as
+    tests/tf1_graph.py builds it), the whole dataset fed and loss and C fetched with every
+    update, as the released script runs (reference-facts §2.6)."""
+    import numpy as np
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    n, h, w, _ = x.shape
+    weights = {layer.name: (layer.kernel.numpy(), layer.bias.numpy()) for layer in ae.named_layers}
+    n_layers = len(ae.encoder_layers)
+    graph = tf.Graph()
+    with graph.as_default():
+        xin = v1.placeholder(tf.float32, [n, h, w, 1])
+        act, shapes = xin, []
+        for i in range(n_layers):
+            k, b = weights[f"enc_{i}"]
+            shapes.append(act.shape.as_list())
+            act = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(act, tf.Variable(k), [1, 2, 2, 1], "SAME"),
+                                            tf.Variable(b)))
+        z_hat = act
+        z = tf.reshape(z_hat, [n, -1])
+        coef = tf.Variable(settings.coef_init * np.ones((n, n), np.float32), name="Coef")
+        cz = tf.matmul(coef, z)
+        act = tf.reshape(cz, z_hat.shape) if settings.framework == "coupled" else z_hat
+        for j in range(n_layers):
+            k, b = weights[f"dec_{j}"]
+            act = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d_transpose(
+                act, tf.Variable(k), shapes[n_layers - 1 - j], [1, 2, 2, 1], "SAME"),
+                tf.Variable(b)))
+        recon = settings.recon_scale * tf.reduce_sum(tf.pow(act - xin, 2.0))
+        reg = 0.5 * tf.reduce_sum(coef * tf.math.log(tf.clip_by_value(coef, 1e-12, 1.0)))
+        selfexp = 0.5 * tf.reduce_sum(tf.pow(z - cz, 2.0))
+        loss = recon + settings.reg1 * reg + settings.reg2 * selfexp
+        train = v1.train.AdamOptimizer(settings.lr).minimize(loss)
+        times = []
+        with v1.Session(graph=graph) as sess:
+            sess.run(v1.global_variables_initializer())
+            for _ in range(steps):
+                t = time.perf_counter()
+                sess.run([loss, coef, train], {xin: x})
+                times.append(time.perf_counter() - t)
+    return times
+
+
+def floor_ms(n, p, warmup, repeats):
+    """The three n×n by n×p products of a step (C·Z, G·Zᵀ, Cᵀ·G), in one tf.function."""
+    import tensorflow as tf
+
+    C = tf.Variable(tf.random.uniform((n, n)))
+    Z = tf.random.uniform((n, p))
+    G = tf.random.uniform((n, p))
+
+    @tf.function
+    def products():
+        cz = tf.matmul(C, Z)
+        dc = tf.matmul(G, Z, transpose_b=True)
+        dz = tf.matmul(C, G, transpose_a=True)
+        # One element of each back to the host: every product is computed, nothing large copied.
+        return cz[0, 0] + dc[0, 0] + dz[0, 0]
+
+    times = []
+    for i in range(warmup + repeats):
+        t = time.perf_counter()
+        products().numpy()
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    return _median_ms(times)
+
+
+def post(C, y, cfg, method, seed):
+    """One post-clustering run: (labels, figures)."""
+    from mesc_tf import postcluster
+    from mesc_tf.metrics import accuracy
+
+    s, info = cfg.mesc, {}
+    t = time.perf_counter()
+    labels, split = postcluster.cluster(C, cfg.n_clusters, thr=s.thr, subspace_dim=s.subspace_dim,
+                                        power=s.power, variant=s.variant, seed=seed,
+                                        return_timings=True, method=method, info=info)
+    out = {"total_s": round(time.perf_counter() - t, 3), **{k: round(v, 3) for k, v in split.items()},
+           "acc": round(float(accuracy(y, labels)), 4)}
+    if method != "reference":
+        out["ill_posed"] = bool(info.get("ill_posed"))
+        out["routes"] = {k: info[k] for k in ("svd", "spectral", "fallback") if k in info}
+    return labels, out
+
+
+def one_dataset(name, args):
+    """Everything for one dataset, in this process. Returns a JSON-able dict."""
+    import gc
+
+    import numpy as np
+
+    from mesc_tf.config import get_config
+
+    cfg = get_config(name)
+    x, y, source = load_or_random(name, args.seed)
+    warmup, repeats = DEFAULT_STEPS[name]
+    warmup = args.warmup if args.warmup is not None else warmup
+    repeats = args.repeats or repeats
+    res = {"dataset": name, "n": len(x), "data": source, "warmup": warmup, "repeats": repeats,
+           "autoencoder": autoencoder_source(name), "step_ms": {}, "steps_ms_all": {}}
+    model = None
+    for jit in args.jit:
+        del model
+        gc.collect()
+        model, times = ours_steps(x, cfg, jit == "on", warmup + repeats, args.seed)
+        res["step_ms"][jit] = _median_ms(times[warmup:])
+        res["steps_ms_all"][jit] = [round(1000 * t, 1) for t in times]
+    res["jit_faster"] = min(res["step_ms"], key=res["step_ms"].get)
+    res["peak_rss_gib_fine_tune"] = round(_peak_rss_gib(), 3)
+    res["p"] = p = int(np.prod(model.autoencoder.latent_shape))
+    res["floor_ms"] = floor_ms(len(x), p, 1, max(repeats, 3))
+    ae = model.autoencoder
+    if args.coef_file:
+        C, res["coef"] = np.load(args.coef_file), args.coef_file
+    else:
+        C, res["coef"] = model.coef.numpy(), f"after {warmup + repeats} steps"
+    del model
+    gc.collect()
+    res["post"], labels = {}, {}
+    for method in args.post:
+        labels[method], res["post"][method] = post(C, y, cfg, method, args.seed)
+        if method == "fast":
+            res["peak_rss_gib"] = round(_peak_rss_gib(), 3)
+    if "fast" in labels:
+        for other in set(labels) - {"fast"}:
+            res[f"labels_fast_equal_{other}"] = bool(np.array_equal(labels["fast"], labels[other]))
+    if "strict" in labels and "reference" in labels:
+        res["labels_strict_equal_reference"] = bool(np.array_equal(labels["strict"],
+                                                                   labels["reference"]))
+    res.setdefault("peak_rss_gib", round(_peak_rss_gib(), 3))
+    del C
+    gc.collect()
+    if args.original:
+        times = original_steps(x, ae, cfg.mesc, warmup + repeats)
+        res["original_step_ms"] = _median_ms(times[warmup:])
+        res["original_steps_ms_all"] = [round(1000 * t, 1) for t in times]
+    res["peak_rss_gib_all"] = round(_peak_rss_gib(), 3)
+    return res
+
+
+def end_to_end(dataset, epochs, coef_path, out_dir):
+    """experiments/run.py on the whole dataset in a subprocess; its peak RSS, timings, metrics."""
+    src = autoencoder_source(dataset)
+    ae_args = (["--tf1-checkpoint", src["tf1_checkpoint"]] if "tf1_checkpoint" in src
+               else ["--no-pretrain"] if "no_pretrain" in src else [])
+    cmd = [sys.executable, str(ROOT / "experiments" / "run.py"), "--dataset", dataset, *ae_args,
+           "--quiet", "--save-coef", str(coef_path), "--out", str(out_dir), "--force"]
+    if epochs:
+        cmd += ["--epochs", str(epochs)]
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    res = {"dataset": dataset, "command": " ".join(cmd[1:]), "exit_status": os.waitstatus_to_exitcode(status),
+           "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
+    results = Path(out_dir) / "results.json"
+    if results.is_file():
+        run = json.loads(results.read_text())
+        res["timings"] = {k: round(v, 3) if isinstance(v, float) else v
+                          for k, v in run.get("timings", {}).items()}
+        res["metrics"] = run.get("metrics")
+    return res
+
+
+def table(results):
+    """One line per dataset: step times (ours, released graph, floor), post-clustering, RSS."""
+    head = (f"{'dataset':8}{'n':>6} {'ours ms':>8} {'jit':>4} {'orig ms':>8} {'ratio':>6} "
+            f"{'floor ms':>8} {'/floor':>6}  {'post fast s thrC/SVD/spec':>27}  "
+            f"{'strict s':>8} {'ref s':>7} {'same':>5} {'RSS GiB':>7}")
+    lines = [head]
+
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['dataset']:8}error: {r['error']}")
+            continue
+        ours = r["step_ms"][r["jit_faster"]]
+        orig, fl = r.get("original_step_ms"), r.get("floor_ms")
+        fast, strict, ref = (r["post"].get(m) for m in ("fast", "strict", "reference"))
+        fast_txt = (f"{fast['total_s']:.2f} = {fast['thrc_s']:.2f}/{fast['svd_s']:.2f}/"
+                    f"{fast['spectral_s']:.2f}") if fast else "-"
+        same = r.get("labels_fast_equal_reference")
+        lines.append(
+            f"{r['dataset']:8}{r['n']:>6} {ours:>8.1f} {r['jit_faster']:>4} {f(orig, '.1f'):>8} "
+            f"{f(ours / orig if orig else None, '.2f'):>6} {f(fl, '.1f'):>8} "
+            f"{f(ours / fl if fl else None, '.2f'):>6}  {fast_txt:>27}  "
+            f"{f(strict and strict['total_s'], '.2f'):>8} {f(ref and ref['total_s'], '.2f'):>7} "
+            f"{'-' if same is None else 'yes' if same else 'no':>5} {r['peak_rss_gib']:>7.2f}")
+    return "\n".join(lines)
+
+
+def _csv(choices):
+    def parse(text):
+        items = [s.strip().lower() for s in text.split(",") if s.strip()]
+        bad = [s for s in items if s not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
+        return items
+    return parse
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", type=_csv(DATASETS), default=list(DATASETS),
+                   help=f"comma-separated (default {','.join(DATASETS)})")
+    p.add_argument("--repeats", type=int, help="timed fine-tuning steps (default per dataset)")
+    p.add_argument("--warmup", type=int, help="untimed first steps (default per dataset)")
+    p.add_argument("--jit", type=_csv(("off", "on")), default=["off", "on"],
+                   help="jit_compile modes to time (default off,on)")
+    p.add_argument("--post", type=_csv(("fast", "strict", "reference")),
+                   default=["fast", "reference"],
+                   help="post-clustering methods to time: fast, strict, reference "
+                        "(default fast,reference)")
+    p.add_argument("--no-original", dest="original", action="store_false",
+                   help="do not time the released graph")
+    p.add_argument("--coef", metavar="DIR", help="post-cluster DIR/<dataset>.npy where it exists")
+    p.add_argument("--e2e", action="store_true",
+                   help="first run MNIST-10k end to end (experiments/run.py) and report its peak RSS")
+    p.add_argument("--e2e-epochs", type=int, help="fine-tuning steps of the --e2e run (default 127)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write all figures here")
+    # Internal: one dataset in this process, post-clustering the C in --coef-file if given.
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--coef-file", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _child_argv(args):
+    argv = ["--jit", ",".join(args.jit), "--post", ",".join(args.post), "--seed", str(args.seed)]
+    for flag in ("repeats", "warmup"):
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag}", str(getattr(args, flag))]
+    if not args.original:
+        argv.append("--no-original")
+    return argv
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.one:
+        Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
+        return 0
+    from mesc_tf.files import atomic_write_text
+
+    load_before = os.getloadavg()
+    report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "processor": platform.processor()},
+              "issue_original": ISSUE, "results": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        coefs = {name: Path(args.coef) / f"{name}.npy" for name in args.datasets} if args.coef else {}
+        if args.e2e:
+            coefs["mnist"] = Path(tmp) / "mnist.npy"
+            e2e = end_to_end("mnist", args.e2e_epochs, coefs["mnist"], Path(tmp) / "e2e")
+            report["end_to_end"] = e2e
+            print(json.dumps(e2e), flush=True)
+        for name in args.datasets:
+            out = Path(tmp) / f"{name}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), *_child_argv(args),
+                   "--one", name, "--json", str(out)]
+            if name in coefs and coefs[name].is_file():
+                cmd += ["--coef-file", str(coefs[name])]
+            t = time.perf_counter()
+            proc = subprocess.run(cmd)
+            if proc.returncode != 0 or not out.exists():
+                report["results"].append({"dataset": name, "error": f"exit status {proc.returncode}"})
+                continue
+            res = json.loads(out.read_text())
+            res["wall_s"] = round(time.perf_counter() - t, 1)
+            report["results"].append(res)
+            print(json.dumps(res), flush=True)
+    report["load_average"] = {"before": load_before, "after": os.getloadavg()}
+    import numpy
+    import scipy
+    import tensorflow as tf
+
+    report["versions"] = {"python": platform.python_version(), "tensorflow": tf.__version__,
+                          "numpy": numpy.__version__, "scipy": scipy.__version__}
+    print()
+    print(table(report["results"]))
+    if "end_to_end" in report:
+        e = report["end_to_end"]
+        print(f"end to end ({e['dataset']}, {e['command']}): exit {e['exit_status']}, "
+              f"{e['wall_s']} s, peak RSS {e['peak_rss_gib']:.2f} GiB")
+    print(f"load average before {load_before[0]:.1f}, after {report['load_average']['after'][0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
