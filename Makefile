@@ -12,7 +12,7 @@ endif
 export MESC_DATA_DIR
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test run table compare-ae figures $(BENCHMARKS) $(FIGURES) \
+.PHONY: install test bench run table compare-ae figures $(BENCHMARKS) $(FIGURES) \
         $(addprefix pretrain-,$(PRETRAINABLE))
 
 install:
@@ -22,7 +22,8 @@ test:
 	$(PYTHON) -m pytest -q -n 2 tests
 
 # Speed and memory (issue 6): step times vs the released graph and the matmul floor,
-# post-clustering, peak RSS, MNIST-10k end to end; `make bench ARGS="--datasets orl --repeats 5"`.
+# post-clustering, peak RSS, MNIST-10k end to end (40 min on the shared 2-core CPU). A quick look:
+# `python benchmarks/bench.py --datasets orl --repeats 5 --post fast`.
 bench:
 	$(PYTHON) benchmarks/bench.py --e2e --json benchmarks/results.json $(ARGS)
 

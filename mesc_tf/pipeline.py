@@ -53,16 +53,16 @@ RUNTIME_BYTES = 800 * 2**20
 
 
 def memory_estimate(n_samples: int, arch: Architecture) -> int:
-    """Bytes a run needs at its peak (MNIST-10k: measured 3.7 GB, estimate 3.9).
+    """Bytes a run needs at its peak (MNIST-10k end to end: measured 4.11 GiB, estimate 4.2).
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
-    of the self-expression term (n²), the entropy's saved slope (n², see losses.entropy)
-    and their sum exist at once (about 2.5 n² float32 in all), plus the auto-encoder's
-    activations, their gradients and the convolutions' work buffers (about 3.5 × the
-    activations of one forward pass; EYaleB: measured 1.67 GB, estimate 1.52). Post-clustering
-    (postcluster's fast route) then holds C and the affinity/Laplacian/Cholesky buffer (one
-    n² float64), the sparse thresholded C and the n × r embedding: less than fine-tuning.
-    Plus the runtime.
+    of the self-expression term (n²), the entropy's saved slope (n², see losses.entropy),
+    their sum and the allocator's slack exist at once (about 3.5 n² float32 in all, from the
+    MNIST measurement), plus the auto-encoder's activations, their gradients and the
+    convolutions' work buffers (about 3.5 × the activations of one forward pass).
+    Post-clustering (postcluster's fast route) then holds C and the
+    affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
+    n × r embedding: less than fine-tuning. Plus the runtime.
     """
     n = int(n_samples)
     sizes = [tuple(arch.image_shape)]
@@ -70,7 +70,7 @@ def memory_estimate(n_samples: int, arch: Architecture) -> int:
         sizes.append(((sizes[-1][0] + 1) // 2, (sizes[-1][1] + 1) // 2))
     per_image = sizes[0][0] * sizes[0][1]  # input and reconstruction
     per_image += 2 * sum(h * w * c for (h, w), c in zip(sizes[1:], arch.channels))  # enc + dec
-    train = 4 * (5.5 * n * n + 3.5 * n * per_image)
+    train = 4 * (6.5 * n * n + 3.5 * n * per_image)
     post = 4 * n * n + 8 * n * n + 16 * n * (12 * 10 + 1) + 64 * 2**20
     return int(max(train, post) + RUNTIME_BYTES)
 

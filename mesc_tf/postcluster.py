@@ -16,7 +16,7 @@ Three methods (``cluster(..., method=...)``, default ``DEFAULT_METHOD`` = "fast"
   formulas, and sklearn's ``SpectralClustering`` (ARPACK shift-invert on the dense Laplacian,
   then ``discretize``). ``post_proC``, ``affinity`` and ``spectral`` are this route.
 * ``"fast"``: the same mathematics with cheaper numerics and one n×n float64 buffer instead of
-  a dozen (MNIST-10k: 104 s → ~16 s, 1.4 GB):
+  a dozen (measured against the reference route: README, "Performance"):
 
   - thrC column block by column block (``_thrC_blocks``): only each column's largest
     magnitudes are sorted, the running sum is the reference's bit for bit, and a column
