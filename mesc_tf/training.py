@@ -94,8 +94,9 @@ class StepProgbar(keras.callbacks.Callback):
 
 
 class StopAtTarget(keras.callbacks.Callback):
-    """Stop training at the first step whose ``monitor`` is ≤ ``target`` (place it after an
-    EarlyStopping with restore_best_weights, so that step's weights are the ones kept)."""
+    """Stop training at the first step whose ``monitor`` is ≤ ``target``. Placed after an
+    EarlyStopping with restore_best_weights, the weights kept are the best that EarlyStopping
+    recorded (that step's, unless it improved by less than min_delta)."""
 
     def __init__(self, target, monitor="rel_err"):
         super().__init__()
