@@ -56,16 +56,6 @@ ISSUE = {
 }
 # (warm-up, timed) steps per dataset: MNIST steps take seconds.
 DEFAULT_STEPS = {"orl": (5, 20), "coil20": (3, 10), "eyaleb": (3, 8), "mnist": (2, 5)}
-# The original auto-encoders, used where the project ships none (reference-facts §1.3).
-TF1_CHECKPOINTS = {
-    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
-    "coil20": "dscnet/COIL20/model.ckpt",
-    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
-    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
-}
-TF1_DIR = Path(os.environ.get("MESC_TF1_DIR", ROOT.parent / "shared" / "pretrained-tf1"))
-
-
 def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
@@ -75,7 +65,10 @@ def _median_ms(times_s):
 
 
 def _tf1_checkpoint(name):
-    prefix = TF1_DIR / TF1_CHECKPOINTS[name] if name in TF1_CHECKPOINTS else None
+    """The authors' checkpoint of ``name`` (reference-facts §1.3) if it is on disk."""
+    from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir
+
+    prefix = default_tf1_dir() / ORIGINAL_CHECKPOINTS[name] if name in ORIGINAL_CHECKPOINTS else None
     return prefix if prefix is not None and Path(f"{prefix}.index").is_file() else None
 
 

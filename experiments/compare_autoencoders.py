@@ -11,7 +11,6 @@ experiments/results/autoencoders/{autoencoders.json, autoencoders.md} and the tw
 ran in ours/ and original/ beside them.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -20,20 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/table.py
 
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS  # noqa: E402
-
-# The authors' checkpoints (reference-facts §1.3) below the TF1 folder; Toy is COIL20's.
-ORIGINAL_CHECKPOINTS = {
-    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
-    "coil20": "dscnet/COIL20/model.ckpt",
-    "toy": "dscnet/COIL20/model.ckpt",
-    "coil40": "mesc/COIL40/model-32x32-coil40.ckpt",
-    "coil100": "dscnet/COIL100/model50.ckpt",
-    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
-    "usps": "mesc/USPS/myusps.ckpt",
-    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
-}
-DEFAULT_TF1_DIR = Path(__file__).resolve().parents[2] / "shared" / "pretrained-tf1"
-
+from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
 
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -43,7 +29,7 @@ def parse_args(argv=None):
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=["our"],
                    metavar="M", help=f"methods (default: our; any of {', '.join(METHODS)})")
     p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0,1,2,3,4)")
-    p.add_argument("--tf1-dir", default=os.environ.get("MESC_TF1_DIR", str(DEFAULT_TF1_DIR)),
+    p.add_argument("--tf1-dir", default=str(default_tf1_dir()),
                    help="folder of the original checkpoints (default: $MESC_TF1_DIR, then "
                         "../shared/pretrained-tf1)")
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")

@@ -98,6 +98,15 @@ class Settings:
         return dataclasses.asdict(self)
 
 
+def encoder_sizes(arch: Architecture):
+    """Spatial size after each encoder layer: 'same' with stride 2 gives ceil(size / 2)."""
+    sizes = [tuple(arch.image_shape)]
+    for _ in arch.kernels:
+        h, w = sizes[-1]
+        sizes.append(((h + 1) // 2, (w + 1) // 2))
+    return sizes
+
+
 @dataclass(frozen=True)
 class Pretrain:
     """Auto-encoder pretraining: full-batch Adam on ½Σ(x_r − x)², stopped when the relative

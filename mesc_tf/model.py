@@ -15,16 +15,7 @@ import keras
 import tensorflow as tf
 
 from mesc_tf import losses
-from mesc_tf.config import Architecture, Settings
-
-
-def encoder_sizes(arch: Architecture):
-    """Spatial size after each encoder layer: 'same' with stride 2 gives ceil(size / 2)."""
-    sizes = [tuple(arch.image_shape)]
-    for _ in arch.kernels:
-        h, w = sizes[-1]
-        sizes.append(((h + 1) // 2, (w + 1) // 2))
-    return sizes
+from mesc_tf.config import Architecture, Settings, encoder_sizes
 
 
 def transposed_output_padding(size_in, size_out):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mesc_tf import postcluster
-from mesc_tf.config import Architecture, Settings
+from mesc_tf.config import Architecture, Settings, encoder_sizes
 from mesc_tf.errors import MescError
 from mesc_tf.metrics import evaluate
 
@@ -65,9 +65,7 @@ def memory_estimate(n_samples: int, arch: Architecture) -> int:
     n × r embedding: less than fine-tuning. Plus the runtime.
     """
     n = int(n_samples)
-    sizes = [tuple(arch.image_shape)]
-    for _ in arch.kernels:
-        sizes.append(((sizes[-1][0] + 1) // 2, (sizes[-1][1] + 1) // 2))
+    sizes = encoder_sizes(arch)
     per_image = sizes[0][0] * sizes[0][1]  # input and reconstruction
     per_image += 2 * sum(h * w * c for (h, w), c in zip(sizes[1:], arch.channels))  # enc + dec
     train = 4 * (6.5 * n * n + 3.5 * n * per_image)
@@ -108,8 +106,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
              backup_dir=None, checkpoint_every=None, jit_compile=False):
     """Train an auto-encoder on ``x`` alone (no self-expression).
 
-    Starts from he_normal weights (seed with configure_runtime first), or continues training
-    the auto-encoder ``init``. ``schedule`` is a :class:`mesc_tf.config.Pretrain`.
+    Starts from fresh weights (``schedule.initializer``; seed with configure_runtime first), or
+    continues training the auto-encoder ``init``. ``schedule`` is a :class:`mesc_tf.config.Pretrain`.
     Returns (autoencoder with the best weights, info dict).
     """
     import keras

@@ -220,7 +220,7 @@ def relative_error(autoencoder, x, batch_size=2048):
 
 def dead_channels(autoencoder, x, batch_size=2048) -> list[int]:
     """Latent channels that are 0 (ReLU off) for every image of ``x``: they carry nothing into
-    the self-expression. A too-high pretraining learning rate kills some (README, Pretraining)."""
+    the self-expression. Long pretraining killed some in ours (pretrained/README.md)."""
     alive = None
     for i in range(0, len(x), batch_size):
         z = autoencoder.encode(tf.convert_to_tensor(x[i:i + batch_size], tf.float32))

@@ -25,6 +25,25 @@ from mesc_tf.files import default_file_mode
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
 
+# The authors' released checkpoints (reference-facts §1.3), relative to the folder that holds
+# dscnet/ and mesc/ (default_tf1_dir). Toy has none of its own: it is COIL20's auto-encoder.
+ORIGINAL_CHECKPOINTS = {
+    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
+    "coil20": "dscnet/COIL20/model.ckpt",
+    "toy": "dscnet/COIL20/model.ckpt",
+    "coil40": "mesc/COIL40/model-32x32-coil40.ckpt",
+    "coil100": "dscnet/COIL100/model50.ckpt",
+    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
+    "usps": "mesc/USPS/myusps.ckpt",
+    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
+}
+
+
+def default_tf1_dir() -> Path:
+    """$MESC_TF1_DIR, else ../shared/pretrained-tf1 beside the checkout."""
+    return Path(os.environ.get("MESC_TF1_DIR",
+                               Path(__file__).resolve().parents[2] / "shared" / "pretrained-tf1"))
+
 
 def _open_h5(path, mode="r"):
     import h5py

@@ -9,18 +9,12 @@ import pytest
 # Before TensorFlow is first imported anywhere in the session.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from mesc_tf.weights import ORIGINAL_CHECKPOINTS  # noqa: E402
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
-# The seven released auto-encoders (reference-facts §1.3), relative to shared/pretrained-tf1.
-TF1_CHECKPOINTS = {
-    "orl": "dscnet/ORL/model-335-32x32-orl.ckpt",
-    "coil20": "dscnet/COIL20/model.ckpt",
-    "coil100": "dscnet/COIL100/model50.ckpt",
-    "eyaleb": "dscnet/EYaleB/model-102030-48x42-yaleb.ckpt",
-    "coil40": "mesc/COIL40/model-32x32-coil40.ckpt",
-    "mnist": "mesc/MNIST10000/model-mnist.ckpt",
-    "usps": "mesc/USPS/myusps.ckpt",
-}
+# The seven released auto-encoders (Toy shares COIL20's), relative to shared/pretrained-tf1.
+TF1_CHECKPOINTS = {k: v for k, v in ORIGINAL_CHECKPOINTS.items() if k != "toy"}
 
 
 def _existing(path: Path, what: str) -> Path:
