@@ -60,6 +60,7 @@ def run_dataset(d, args, results):
     nmi = common.mean_std([c["metrics"]["nmi"] for c in res["clusterings"]])
     loss = curves["loss"]
     out = {"n": d.n, "n_clusters": d.n_clusters, "settings": rec["spec"]["settings"],
+           "autoencoder": rec["spec"]["autoencoder"],
            "steps": len(loss), "finetune_s": res["finetune_s"], "curves": curves,
            "first_loss": loss[0] if loss else None, "last_loss": loss[-1] if loss else None,
            "rises_at_start": bool(len(loss) > 1 and max(loss[1:6]) > loss[0]),
@@ -108,16 +109,18 @@ def figure(summary, path):
 
 def markdown(summary, skipped, args):
     lines = ["# Convergence (paper figure: convergence curves)", "",
-             "| dataset | images | steps | first loss | last loss | rises in the first steps | "
-             "steps until within 1% of the final loss | ACC (%) | NMI (%) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| dataset | images | auto-encoder | steps | first loss | last loss | "
+             "above the first loss in steps 1-5 | steps until within 1% of the final loss | "
+             "ACC (%) | NMI (%) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
-        lines.append(f"| {name} | {s['n']} | {s['steps']} | {s['first_loss']:.6g} | "
+        lines.append(f"| {name} | {s['n']} | {s['autoencoder']} | {s['steps']} | "
+                     f"{s['first_loss']:.6g} | "
                      f"{s['last_loss']:.6g} | {'yes' if s['rises_at_start'] else 'no'} | "
                      f"{s['steps_to_within_1pct']} | {common.pm(s['acc_mean'], s['acc_std'])} | "
                      f"{common.pm(s['nmi_mean'], s['nmi_std'])} |")
     for name, why in skipped.items():
-        lines.append(f"| {name} | skipped: data not found | | | | | | | |")
+        lines.append(f"| {name} | skipped: data not found | | | | | | | | |")
     lines += ["", "Loss = Σ(x_r − x)² + reg1·½ΣC ln C + reg2·½Σ(Z − CZ)² (code constants, "
               "mesc_tf/config.py MESC-Net settings); one value per full-batch step from the "
               "Keras history. Paper: converges within about 100 iterations, and on ORL and "

@@ -35,21 +35,31 @@ def entropy(c):
     return _entropy(tf.convert_to_tensor(c))  # read a variable here: the gradient flows to it
 
 
+# The two n×n passes below are compiled by XLA even when the step is not (a nested jit_compile
+# function): XLA fuses clip, log, product and mask into one loop, where TF runs ~6 kernels that
+# each write an n×n temporary (400 MB for MNIST's C); the summation stays with TF's reduce_sum
+# (XLA's CPU reductions run on one thread). On MNIST-10k this makes the term ~2x faster and
+# keeps no n×n tensor from the forward pass to the backward one.
+@tf.function(jit_compile=True, autograph=False)
+def _entropy_terms(c):
+    """C·ln(clip(C)) elementwise."""
+    return c * tf.math.log(tf.clip_by_value(c, LOG_CLIP_MIN, 1.0))
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _entropy_grad(c, dy):
+    """½·dy·(ln(clip(C)) + [1e-12 ≤ C ≤ 1]).
+
+    The second term is C·(1/clip(C)) gated as tf.clip_by_value's gradient is, i.e. C/C = 1 where
+    the gate is open (autodiff's C·(1/C) can round to one ulp below 1; ln C + 1 is exact)."""
+    gate = tf.cast(tf.logical_and(c >= LOG_CLIP_MIN, c <= 1.0), c.dtype)
+    return (0.5 * dy) * (tf.math.log(tf.clip_by_value(c, LOG_CLIP_MIN, 1.0)) + gate)
+
+
 @tf.custom_gradient
 def _entropy(c):
-    """``entropy`` with its gradient written out, keeping one n×n tensor from the forward pass
-    to the update instead of the ~10 the generic graph allocates (for MNIST's 10000² C each is
-    400 MB). The gradient is ½·dy·(ln(clip(C)) + [1e-12 ≤ C ≤ 1]): the second term is
-    C·(1/clip(C)) gated as tf.clip_by_value's gradient is, i.e. C/C = 1 where the gate is
-    open (autodiff's C·(1/C) can round to one ulp below 1; ln C + 1 is the exact value)."""
-    log = tf.math.log(tf.clip_by_value(c, LOG_CLIP_MIN, 1.0))
-    value = 0.5 * tf.reduce_sum(c * log)
-    slope = log + tf.cast(tf.logical_and(c >= LOG_CLIP_MIN, c <= 1.0), c.dtype)
-
-    def grad(dy):
-        return (0.5 * dy) * slope
-
-    return value, grad
+    """``entropy`` with its gradient written out and recomputed from C in the backward pass."""
+    return 0.5 * tf.reduce_sum(_entropy_terms(c)), lambda dy: _entropy_grad(c, dy)
 
 
 def l1(c):
