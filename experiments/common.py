@@ -328,9 +328,18 @@ def load_autoencoder(name: str, src: dict, seed: int):
     if weights:
         from mesc_tf.weights import read_autoencoder_file
 
-        meta = read_autoencoder_file(weights)[1]
-        pretrain_s = meta.get("seconds")
+        pretrain_s = pretraining_seconds(read_autoencoder_file(weights)[1])
     return ae, pretrain_s
+
+
+def pretraining_seconds(meta: dict):
+    """Seconds of pretraining behind an .h5, all stages: a file continued with
+    `pretrain.py --init` keeps the earlier stage's metadata under 'init'. None if unknown."""
+    if not meta or meta.get("seconds") is None:
+        return None
+    earlier = (meta.get("init") or {}).get("metadata")
+    rest = pretraining_seconds(earlier) if earlier else 0.0
+    return None if rest is None else float(meta["seconds"]) + rest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -221,3 +221,15 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     assert md.startswith("# Our auto-encoders") and "| toy | our |" in md
     with pytest.raises(SystemExit):  # a missing checkpoint folder: one clear error
         compare_autoencoders.parse_args(["--datasets", "toy", "--tf1-dir", str(tmp_path)])
+
+
+def test_pretraining_seconds_sums_every_stage():
+    from experiments.common import pretraining_seconds
+
+    # pretrain.py --init stores the earlier file's metadata under 'init' (pretrained/coil20.h5).
+    two_stages = {"seconds": 600.0, "init": {"path": "a.h5", "metadata": {"seconds": 2400.0}}}
+    assert pretraining_seconds(two_stages) == 3000.0
+    assert pretraining_seconds({"seconds": 12.5}) == 12.5
+    assert pretraining_seconds({"seconds": 1.0, "init": {"metadata": {}}}) == 1.0
+    assert pretraining_seconds({}) is None
+    assert pretraining_seconds({"seconds": 5.0, "init": {"metadata": {"steps": 3}}}) is None
