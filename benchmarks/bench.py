@@ -14,6 +14,8 @@ Per dataset it measures, in that one process:
   released script does (reference-facts §2.6), same weights and settings;
 * ``floor_ms``: the three n×n by n×p products a step cannot avoid (C·Z forward, dC = G·Zᵀ and
   dZ = Cᵀ·G) in one ``tf.function``;
+* ``autoencoder_ms``: the auto-encoder's forward and backward pass alone (see
+  :func:`autoencoder_ms`), the other large part of a step;
 * ``post``: post-clustering seconds split into thrC / SVD (+ affinity) / spectral for each
   ``--post`` method ("fast", the default route; "strict"; "reference", the released scripts'
   numerics), whether their labels are identical and whether the fast route flagged the
@@ -58,6 +60,27 @@ ISSUE = {
 DEFAULT_STEPS = {"orl": (5, 20), "coil20": (3, 10), "eyaleb": (3, 8), "mnist": (2, 5)}
 def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _timed_ms(fn, warmup, repeats):
+    """Median milliseconds of ``fn().numpy()`` over ``repeats`` calls after ``warmup``."""
+    times = []
+    for i in range(warmup + repeats):
+        t = time.perf_counter()
+        fn().numpy()
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    return _median_ms(times)
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (platform.processor() is empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def _median_ms(times_s):
@@ -128,6 +151,26 @@ def ours_steps(x, cfg, jit, steps, seed):
     return model, [b - a for a, b in zip(timer.t, timer.t[1:])]
 
 
+def autoencoder_ms(ae, x, warmup, repeats):
+    """The auto-encoder's share of a step: its forward pass and the gradient of its weights
+    from the reconstruction and from a linear function of Z (standing in for the
+    self-expression's gradient), in one tf.function."""
+    import tensorflow as tf
+
+    x = tf.convert_to_tensor(x, tf.float32)
+    g = tf.random.uniform((x.shape[0], *ae.latent_shape))
+
+    @tf.function
+    def forward_backward():
+        with tf.GradientTape() as tape:
+            z = ae.encode(x)
+            loss = tf.reduce_sum(tf.square(ae.decode(z) - x)) + tf.reduce_sum(z * g)
+        grads = tape.gradient(loss, ae.trainable_variables)
+        return tf.add_n([tf.reduce_sum(gr) for gr in grads])
+
+    return _timed_ms(forward_backward, warmup, repeats)
+
+
 def original_steps(x, ae, settings, steps):
     """Per-step wall times of the released graph: TF1-style ops in a compat.v1 session (as
     tests/tf1_graph.py builds it), the whole dataset fed and loss and C fetched with every
@@ -189,13 +232,7 @@ def floor_ms(n, p, warmup, repeats):
         # One element of each back to the host: every product is computed, nothing large copied.
         return cz[0, 0] + dc[0, 0] + dz[0, 0]
 
-    times = []
-    for i in range(warmup + repeats):
-        t = time.perf_counter()
-        products().numpy()
-        if i >= warmup:
-            times.append(time.perf_counter() - t)
-    return _median_ms(times)
+    return _timed_ms(products, warmup, repeats)
 
 
 def post(C, y, cfg, method, seed):
@@ -243,6 +280,7 @@ def one_dataset(name, args):
     res["p"] = p = int(np.prod(model.autoencoder.latent_shape))
     res["floor_ms"] = floor_ms(len(x), p, 1, max(repeats, 3))
     ae = model.autoencoder
+    res["autoencoder_ms"] = autoencoder_ms(ae, x, 1, max(repeats, 3))
     if args.coef_file:
         C, res["coef"] = np.load(args.coef_file), args.coef_file
     else:
@@ -296,9 +334,10 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
 
 
 def table(results):
-    """One line per dataset: step times (ours, released graph, floor), post-clustering, RSS."""
+    """One line per dataset: step times (ours, released graph, floor, auto-encoder),
+    post-clustering, RSS."""
     head = (f"{'dataset':8}{'n':>6} {'ours ms':>8} {'jit':>4} {'orig ms':>8} {'ratio':>6} "
-            f"{'floor ms':>8} {'/floor':>6}  {'post fast s thrC/SVD/spec':>27}  "
+            f"{'floor ms':>8} {'/floor':>6} {'AE ms':>7}  {'post fast s thrC/SVD/spec':>27}  "
             f"{'strict s':>8} {'ref s':>7} {'same':>5} {'RSS GiB':>7}")
     lines = [head]
 
@@ -318,7 +357,8 @@ def table(results):
         lines.append(
             f"{r['dataset']:8}{r['n']:>6} {ours:>8.1f} {r['jit_faster']:>4} {f(orig, '.1f'):>8} "
             f"{f(ours / orig if orig else None, '.2f'):>6} {f(fl, '.1f'):>8} "
-            f"{f(ours / fl if fl else None, '.2f'):>6}  {fast_txt:>27}  "
+            f"{f(ours / fl if fl else None, '.2f'):>6} {f(r.get('autoencoder_ms'), '.1f'):>7}  "
+            f"{fast_txt:>27}  "
             f"{f(strict and strict['total_s'], '.2f'):>8} {f(ref and ref['total_s'], '.2f'):>7} "
             f"{'-' if same is None else 'yes' if same else 'no':>5} {r['peak_rss_gib']:>7.2f}")
     return "\n".join(lines)
@@ -380,7 +420,7 @@ def main(argv=None):
     load_before = os.getloadavg()
     report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "processor": platform.processor()},
+                          "processor": platform.processor() or _cpu_model()},
               "issue_original": ISSUE, "results": []}
     with tempfile.TemporaryDirectory() as tmp:
         coefs = {name: Path(args.coef) / f"{name}.npy" for name in args.datasets} if args.coef else {}

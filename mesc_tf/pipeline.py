@@ -53,12 +53,12 @@ RUNTIME_BYTES = 800 * 2**20
 
 
 def memory_estimate(n_samples: int, arch: Architecture) -> int:
-    """Bytes a run needs at its peak (MNIST-10k end to end: measured 4.11 GiB, estimate 4.2).
+    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.31 GiB, estimate 3.8).
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
-    of the self-expression term (n²), the entropy's saved slope (n², see losses.entropy),
-    their sum and the allocator's slack exist at once (about 3.5 n² float32 in all, from the
-    MNIST measurement), plus the auto-encoder's activations, their gradients and the
+    of the self-expression term (n²), the entropy's gradient (n², recomputed from C in the
+    backward pass, see losses.entropy) and their sum exist, less what the allocator reuses
+    (about 2.5 n² float32 in all), plus the auto-encoder's activations, their gradients and the
     convolutions' work buffers (about 3.5 × the activations of one forward pass).
     Post-clustering (postcluster's fast route) then holds C and the
     affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
@@ -68,7 +68,7 @@ def memory_estimate(n_samples: int, arch: Architecture) -> int:
     sizes = encoder_sizes(arch)
     per_image = sizes[0][0] * sizes[0][1]  # input and reconstruction
     per_image += 2 * sum(h * w * c for (h, w), c in zip(sizes[1:], arch.channels))  # enc + dec
-    train = 4 * (6.5 * n * n + 3.5 * n * per_image)
+    train = 4 * (5.5 * n * n + 3.5 * n * per_image)
     post = 4 * n * n + 8 * n * n + 16 * n * (12 * 10 + 1) + 64 * 2**20
     return int(max(train, post) + RUNTIME_BYTES)
 
