@@ -22,7 +22,7 @@ test:
 	$(PYTHON) -m pytest -q -n 2 tests
 
 # Speed and memory (issue 6): step times vs the released graph and the matmul floor,
-# post-clustering, peak RSS, MNIST-10k end to end (40 min on the shared 2-core CPU). A quick look:
+# post-clustering, peak RSS, MNIST-10k end to end (about 25 min on the 2-core CPU). A quick look:
 # `python benchmarks/bench.py --datasets orl --repeats 5 --post fast`.
 bench:
 	$(PYTHON) benchmarks/bench.py --e2e --json benchmarks/results.json $(ARGS)
