@@ -63,11 +63,8 @@ confusion:
 	$(PYTHON) experiments/confusion.py --force $(ARGS)
 
 # There is no pretrained/eyaleb.h5 yet (pretrained/README.md): until there is, the convergence
-# figure uses the authors' EYaleB checkpoint from ../shared when it is there.
-EYALEB_TF1 := ../shared/pretrained-tf1/dscnet/EYaleB/model-102030-48x42-yaleb.ckpt
+# figure uses the authors' EYaleB checkpoint (from ../shared/pretrained-tf1 or $MESC_TF1_DIR).
 ifeq ($(wildcard pretrained/eyaleb.h5),)
-ifneq ($(wildcard $(EYALEB_TF1).index),)
-CONVERGENCE_AE := --tf1-checkpoint eyaleb=$(EYALEB_TF1)
-endif
+CONVERGENCE_AE := --tf1-checkpoint eyaleb=original
 endif
 figures: $(FIGURES)

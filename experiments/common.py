@@ -108,7 +108,9 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), ae_sources=True, m
                             "DATASET=PATH for several datasets")
         p.add_argument("--tf1-checkpoint", action="append", default=[],
                        metavar="[DATASET=]PREFIX", help="original TF1 checkpoint prefix instead "
-                       "of the .h5; repeat as DATASET=PREFIX for several datasets")
+                       "of the .h5; repeat as DATASET=PREFIX for several datasets; PREFIX "
+                       "'original' is the authors' checkpoint of that dataset "
+                       "(mesc_tf.weights.ORIGINAL_CHECKPOINTS under $MESC_TF1_DIR)")
         p.add_argument("--no-pretrain", action="store_true",
                        help="fine-tune from seeded he_normal weights (no pretrained auto-encoder)")
     p.add_argument("--smoke", action="store_true",
@@ -281,6 +283,10 @@ def ae_source(args, dataset: str, pretrained=True) -> dict:
     if not pretrained or getattr(args, "no_pretrain", False):
         return {"no_pretrain": True, "label": "he_normal (no pretraining)"}
     tf1 = _per_dataset(getattr(args, "tf1_checkpoint", []), dataset, "--tf1-checkpoint")
+    if tf1 == "original":
+        from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir
+
+        tf1 = str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset])
     if tf1:
         return {"tf1_checkpoint": tf1, "label": f"tf1:{_rel(tf1)}"}
     weights = _per_dataset(getattr(args, "weights", []), dataset, "--weights")

@@ -233,3 +233,19 @@ def test_pretraining_seconds_sums_every_stage():
     assert pretraining_seconds({"seconds": 1.0, "init": {"metadata": {}}}) == 1.0
     assert pretraining_seconds({}) is None
     assert pretraining_seconds({"seconds": 5.0, "init": {"metadata": {"steps": 3}}}) is None
+
+
+def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_path):
+    from argparse import Namespace
+
+    from experiments.common import ae_source, check_sources
+    from mesc_tf.errors import MescError
+    from mesc_tf.weights import ORIGINAL_CHECKPOINTS
+
+    monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path))
+    args = Namespace(tf1_checkpoint=["eyaleb=original"], weights=[], no_pretrain=False)
+    src = ae_source(args, "eyaleb")
+    assert src["tf1_checkpoint"] == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
+    assert "tf1_checkpoint" not in ae_source(args, "orl")  # other datasets keep their default
+    with pytest.raises(MescError, match="not found"):  # nothing under MESC_TF1_DIR here
+        check_sources(args, ["eyaleb"])
