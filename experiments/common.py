@@ -283,11 +283,10 @@ def ae_source(args, dataset: str, pretrained=True) -> dict:
     if not pretrained or getattr(args, "no_pretrain", False):
         return {"no_pretrain": True, "label": "he_normal (no pretraining)"}
     tf1 = _per_dataset(getattr(args, "tf1_checkpoint", []), dataset, "--tf1-checkpoint")
-    if tf1 == "original":
-        from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir
-
-        tf1 = str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset])
     if tf1:
+        from mesc_tf.weights import tf1_prefix
+
+        tf1 = tf1_prefix(dataset, tf1)
         return {"tf1_checkpoint": tf1, "label": f"tf1:{_rel(tf1)}"}
     weights = _per_dataset(getattr(args, "weights", []), dataset, "--weights")
     if weights:

@@ -45,6 +45,12 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         p.error("--checkpoint-every must be >= 1")
+    # The checkpoint restores the weights and the optimizer, learning rate included (possibly
+    # halved by then); an --lr or --init given with --resume would be silently overridden.
+    for name in ("lr", "init"):
+        if args.resume and getattr(args, name) is not None:
+            p.error(f"--{name} cannot be combined with --resume: the checkpoint restores the "
+                    "weights and learning rate it had reached; resume without it")
     for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 1, ">= 1"),
                            ("patience", lambda v: v >= 0, ">= 0"),
                            ("min_delta", lambda v: v >= 0, ">= 0"),

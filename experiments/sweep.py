@@ -52,7 +52,8 @@ def parse_args(argv=None):
                    "(default experiments/results/sweeps/<dataset>.jsonl)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--weights", help="auto-encoder .h5 (default: pretrained/<dataset>.h5)")
-    src.add_argument("--tf1-checkpoint", metavar="PREFIX", help="original TF1 checkpoint prefix")
+    src.add_argument("--tf1-checkpoint", metavar="PREFIX", help="original TF1 checkpoint "
+                     "prefix, or 'original' for the authors' checkpoint of the dataset")
     src.add_argument("--no-pretrain", action="store_true",
                      help="he_normal auto-encoder (then each seed is trained separately)")
     p.add_argument("--top", type=int, default=10, help="rows of the final summary (default 10)")

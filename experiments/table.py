@@ -20,6 +20,7 @@ the command is rerun (pass --force to recompute it). --max-epochs N caps every m
 fine-tuning steps for SMOKE TESTS only; such cells are flagged in both files.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -90,7 +91,8 @@ def parse_args(argv=None):
     p.add_argument("--weights", action="append", metavar="DATASET=PATH",
                    help="auto-encoder .h5 for one dataset (default pretrained/<dataset>.h5)")
     p.add_argument("--tf1-checkpoint", action="append", metavar="DATASET=PREFIX",
-                   help="original TF1 checkpoint for one dataset")
+                   help="original TF1 checkpoint for one dataset; PREFIX 'original' is the authors' checkpoint "
+                   "of that dataset (e.g. eyaleb=original)")
     p.add_argument("--jobs", type=int, default=1, help="cells run in parallel (default 1)")
     p.add_argument("--threads-per-job", type=int,
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
@@ -248,9 +250,20 @@ def render_md(table, invocation) -> str:
         "normalisation the paper names is in main_table.json as nmi_max.",
         "* Settings: mesc_tf/config.py (config.method_settings), stored per cell in "
         "main_table.json with the auto-encoder used, the seeds, the timings and the versions.",
-        "",
     ]
-    return "\n".join(lines)
+    others = sorted({(d, c["autoencoder"]) for d, _, c in cells
+                     if not str(c.get("autoencoder", "pretrained")).startswith("pretrained")})
+    if others:
+        lines.append("* Auto-encoder: this project's pretrained/<dataset>.h5, except "
+                     + "; ".join(f"{d}: {_short(ae)}" for d, ae in others) + ".")
+    return "\n".join([*lines, ""])
+
+
+def _short(describe):
+    """An auto-encoder description with the path relative to the checkout where it can be."""
+    kind, _, path = describe.rpartition(" ")
+    rel = os.path.relpath(path, Path(__file__).resolve().parents[1]) if path.startswith("/") else path
+    return f"{kind} {rel if not rel.startswith('../..') else path}".strip()
 
 
 def main(argv=None):
@@ -287,17 +300,24 @@ def main(argv=None):
           f"--jobs {args.jobs}" + (f", SMOKE --max-epochs {args.max_epochs}" if args.max_epochs
                                    else ""))
 
+    ran = {}  # (dataset, method) -> cell, what this invocation computed
+
     def write(invocation):
-        cli.write_json(json_path, table)
+        # Merge into the file as it is now, under a lock: a `make table DATASETS=usps` run
+        # beside a `make table DATASETS=orl` keeps the other's cells.
         from mesc_tf.files import atomic_write_text
 
-        atomic_write_text(md_path, render_md(table, invocation))
+        with _locked(args.out / ".main_table.lock"):
+            merged = load_table(json_path)
+            for (d, m), cell in ran.items():
+                merged.setdefault(d, {})[m] = cell
+            cli.write_json(json_path, merged)
+            atomic_write_text(md_path, render_md(merged, invocation))
 
     done = 0
     for res, (d, m, ae, s, _) in _run(todo, args, data_dir):
-        table.setdefault(d, {})[m] = make_cell(res, ae, s, args.seeds, args)
+        c = ran[d, m] = table.setdefault(d, {})[m] = make_cell(res, ae, s, args.seeds, args)
         done += 1
-        c = table[d][m]
         acc = f"{100 * sweep.stats(c['acc'])['median']:.2f}" if c["acc"] else "-"
         nmi = f"{100 * sweep.stats(c['nmi'])['median']:.2f}" if c["nmi"] else "-"
         print(f"[{done}/{len(todo)}] {d} {m}: median ACC {acc} NMI {nmi} over {len(c['acc'])} "
@@ -310,6 +330,19 @@ def main(argv=None):
           (f" Skipped (no data or auto-encoder): {'; '.join(skipped)}." if skipped else ""))
     print(f"{json_path}\n{md_path}\n{wall:.0f} s")
     return table
+
+
+@contextlib.contextmanager
+def _locked(path):
+    """An exclusive advisory lock on ``path`` (created if missing) for the block."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _run(todo, args, data_dir):

@@ -184,7 +184,9 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
     from mesc_tf import pipeline
 
     if tf1_checkpoint:
-        prefix = Path(tf1_checkpoint).expanduser().absolute()
+        from mesc_tf.weights import tf1_prefix
+
+        prefix = Path(tf1_prefix(dataset, tf1_checkpoint)).expanduser().absolute()
         index = Path(f"{prefix}.index")
         data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
         if not index.is_file() or not data:

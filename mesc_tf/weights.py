@@ -45,6 +45,12 @@ def default_tf1_dir() -> Path:
                                Path(__file__).resolve().parents[2] / "shared" / "pretrained-tf1"))
 
 
+def tf1_prefix(dataset: str, value: str) -> str:
+    """A --tf1-checkpoint value for ``dataset``: a checkpoint prefix, or "original" for the
+    authors' checkpoint of that dataset (ORIGINAL_CHECKPOINTS under default_tf1_dir)."""
+    return str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset]) if value == "original" else value
+
+
 def _open_h5(path, mode="r"):
     import h5py
 

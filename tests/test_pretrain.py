@@ -70,7 +70,9 @@ def test_pretrain_command_checks_the_new_options(capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for argv, needle in ((["--target", "1.5"], "--target must be in [0, 1)"),
-                         (["--initializer", "zeros"], "invalid choice")):
+                         (["--initializer", "zeros"], "invalid choice"),
+                         (["--resume", "--lr", "3e-3"], "--lr cannot be combined with --resume"),
+                         (["--resume", "--init", "a.h5"], "--init cannot be combined")):
         with pytest.raises(SystemExit) as e:
             mod.parse_args(["--dataset", "orl", *argv])
         assert e.value.code == 2

@@ -190,6 +190,20 @@ def test_table_smoke_on_orl(shared_data, tf1_ckpts, tmp_path, capsys, monkeypatc
     mod.main(argv)
     assert "0 cells to run, 1 kept" in capsys.readouterr().out
     assert json.loads((tmp_path / "main_table.json").read_text()) == table
+    # A cell another invocation writes while this one trains (say `make table DATASETS=usps`
+    # running beside it) survives this one's writes.
+    run = mod._run
+
+    def run_beside_another(*a):
+        for item in run(*a):
+            (tmp_path / "main_table.json").write_text(json.dumps({**table, "usps": {"dsc_l1": cell}}))
+            yield item
+
+    monkeypatch.setattr(mod, "_run", run_beside_another)
+    mod.main([*argv, "--force"])
+    after = json.loads((tmp_path / "main_table.json").read_text())
+    assert after["usps"] == {"dsc_l1": cell} and after["orl"]["dsc_l1"]["acc"] == cell["acc"]
+    assert "| usps | DSC-Net-L1" in (tmp_path / "main_table.md").read_text()
 
 
 def test_table_md_puts_paper_values_beside_measured():
@@ -202,6 +216,10 @@ def test_table_md_puts_paper_values_beside_measured():
     assert row.split(" | ")[2:8] == ["90.50 ± 0.50", "90.50 ✓", "90.25", "93.50 ± 0.50",
                                      "93.50 ✗", "93.59"]
     assert "test cpu (2 cores)" in md and "SMOKE" not in md
+    assert "except" not in md  # every cell from pretrained/<dataset>.h5
+    tf1 = {**cell, "autoencoder": "TF1 checkpoint /elsewhere/EYaleB/model.ckpt"}
+    md = mod.render_md({"orl": {"our": cell}, "eyaleb": {"our": tf1, "dsc_l1": tf1}}, "")
+    assert md.count("except eyaleb: TF1 checkpoint /elsewhere/EYaleB/model.ckpt.") == 1
 
 
 def test_table_bad_options_are_one_line():
