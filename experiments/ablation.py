@@ -188,7 +188,7 @@ def figure(summary, args, path):
         for k, name in enumerate(datasets):
             rows = [summary[name]["rows"][i] for i in args.rows]
             ax.bar(x + k * width, [100 * r[f"{metric}_mean"] for r in rows], width,
-                   yerr=[100 * r[f"{metric}_std"] for r in rows], capsize=2, label=name)
+                   yerr=[100 * (r[f"{metric}_std"] or 0) for r in rows], capsize=2, label=name)
         paper = [PAPER["orl"][i][0 if metric == "acc" else 1] for i in args.rows]
         ax.bar(x + len(datasets) * width, paper, width, color="lightgrey", edgecolor="black",
                hatch="//", label="paper ORL")

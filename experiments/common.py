@@ -270,6 +270,7 @@ def _per_dataset(values, dataset, option):
 
 
 def _rel(path) -> str:
+    # Part of the run records' specs (through the labels): changing it orphans finished runs.
     path = Path(path).absolute()
     try:
         return str(path.relative_to(REPO))
@@ -426,17 +427,18 @@ def release():
 
 
 def mean_std(values):
+    """Mean and sample standard deviation (ddof 1, as main_table.md); std None for one value."""
     a = np.asarray([v for v in values if v is not None], np.float64)
     if a.size == 0:
         return None, None
-    return float(a.mean()), float(a.std())
+    return float(a.mean()), (float(a.std(ddof=1)) if a.size > 1 else None)
 
 
 def pm(mean, std, scale=100.0, digits=2):
-    """'mean ± std' (× scale), or '–'."""
+    """'mean ± std' (× scale), 'mean' for a single seed (std None), or '–'."""
     if mean is None:
         return "–"
-    if std is None or std == 0:
+    if std is None:
         return f"{mean * scale:.{digits}f}"
     return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
 

@@ -99,7 +99,7 @@ def stats(a):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(a, -1), np.nanstd(a, -1)
+        return np.nanmean(a, -1), np.nanstd(a, -1, ddof=1)  # ddof 1 as everywhere
 
 
 def nan_to_none(a):

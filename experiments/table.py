@@ -91,8 +91,8 @@ def parse_args(argv=None):
     p.add_argument("--weights", action="append", metavar="DATASET=PATH",
                    help="auto-encoder .h5 for one dataset (default pretrained/<dataset>.h5)")
     p.add_argument("--tf1-checkpoint", action="append", metavar="DATASET=PREFIX",
-                   help="original TF1 checkpoint for one dataset; PREFIX 'original' is the authors' checkpoint "
-                   "of that dataset (e.g. eyaleb=original)")
+                   help="original TF1 checkpoint for one dataset; PREFIX 'original' is the "
+                   "authors' checkpoint of that dataset (e.g. eyaleb=original)")
     p.add_argument("--jobs", type=int, default=1, help="cells run in parallel (default 1)")
     p.add_argument("--threads-per-job", type=int,
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
@@ -262,8 +262,7 @@ def render_md(table, invocation) -> str:
 def _short(describe):
     """An auto-encoder description with the path relative to the checkout where it can be."""
     kind, _, path = describe.rpartition(" ")
-    rel = os.path.relpath(path, Path(__file__).resolve().parents[1]) if path.startswith("/") else path
-    return f"{kind} {rel if not rel.startswith('../..') else path}".strip()
+    return f"{kind} {cli.display_path(path, Path(__file__).resolve().parents[1])}".strip()
 
 
 def main(argv=None):

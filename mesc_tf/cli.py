@@ -159,6 +159,14 @@ def _default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def display_path(path, root) -> str:
+    """``path`` for records and tables: relative to ``root`` when it lies in it or beside it
+    (``../shared/...``), else absolute."""
+    path = Path(path).absolute()
+    rel = os.path.relpath(path, Path(root).absolute())
+    return str(path) if rel.startswith(os.pardir + os.sep + os.pardir) else rel
+
+
 def versions():
     import h5py
     import keras

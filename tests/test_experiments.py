@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -254,3 +255,13 @@ def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_p
 
     with pytest.raises(MescError, match=f"TF1 checkpoint {tmp_path}/dscnet/EYaleB/model-102030"):
         sweep.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
+
+
+def test_spread_is_the_sample_std_and_always_shown_for_several_seeds():
+    from experiments.common import mean_std, pm
+
+    assert pm(*mean_std([0.9, 0.9, 0.9])) == "90.00 ± 0.00"  # identical seeds still show ±
+    assert pm(*mean_std([0.8])) == "80.00"                    # one seed: no spread to show
+    mean, std = mean_std([0.8, 0.9, None])
+    assert mean == pytest.approx(0.85) and std == pytest.approx(0.1 / np.sqrt(2))  # ddof 1
+    assert pm(*mean_std([])) == "–"
