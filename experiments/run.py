@@ -42,6 +42,10 @@ def parse_args(argv=None):
         p.error("--resume needs --out DIR, the directory of the run to resume")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         p.error("--checkpoint-every must be >= 1")
+    if args.tf1_checkpoint:  # 'original' → the path, for the records as well
+        from mesc_tf.weights import tf1_prefix
+
+        args.tf1_checkpoint = tf1_prefix(args.dataset, args.tf1_checkpoint)
     return args
 
 

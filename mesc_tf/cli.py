@@ -160,7 +160,7 @@ def _default(o):
 
 
 def display_path(path, root) -> str:
-    """``path`` for records and tables: relative to ``root`` when it lies in it or beside it
+    """``path`` for a table: relative to ``root`` when it lies in it or beside it
     (``../shared/...``), else absolute."""
     path = Path(path).absolute()
     rel = os.path.relpath(path, Path(root).absolute())

@@ -173,7 +173,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="orl", n_samples=400, n_clusters=40,
         arch=Architecture(image_shape=(32, 32), kernels=(3, 3, 3), channels=(3, 3, 5)),
         pixels="ORL_32x32.mat fea, raw 0..255, row-major 32x32 (faces transposed, as the DSC AE expects)",
-        # experiments/results/sweeps/orl.jsonl (README "Sweeps"): best median ACC over seeds
+        # experiments/results/sweeps/orl.jsonl (README "Results so far"): best median ACC over seeds
         # 0-2 with pretrained/orl.h5; post-clustering as DSC-Net ORL. Below the paper: README.
         mesc=_MESC_RELEASED.replace(reg1=10.0, reg2=0.02, lr=1e-3, epochs=700,
                                     thr=0.2, subspace_dim=3, power=1.0),
@@ -185,7 +185,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="coil20", n_samples=1440, n_clusters=20,
         arch=Architecture(kernels=(3,), channels=(15,), **_ARCH_32_1),
         pixels="COIL20.mat fea, [0,1] as stored, row-major 32x32",
-        # experiments/results/sweeps/coil20.jsonl (README "Sweeps"): best median ACC over seeds
+        # experiments/results/sweeps/coil20.jsonl (README "Results so far"): best median ACC over seeds
         # 0-2 with pretrained/coil20.h5 (the same at each seed); the runner-up, lr 1e-4 for 300
         # steps with the same reg2/thr/power, is within a point. Released: thr 0.04, reg2 0.1.
         mesc=_MESC_RELEASED.replace(reg2=1.0, lr=1e-3, epochs=60, thr=0.1),
