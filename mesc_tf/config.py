@@ -185,9 +185,10 @@ DATASETS: dict[str, DatasetConfig] = {
         name="coil20", n_samples=1440, n_clusters=20,
         arch=Architecture(kernels=(3,), channels=(15,), **_ARCH_32_1),
         pixels="COIL20.mat fea, [0,1] as stored, row-major 32x32",
-        # experiments/results/sweeps/coil20.jsonl (README "Results so far"): best median ACC over seeds
-        # 0-2 with pretrained/coil20.h5 (the same at each seed); the runner-up, lr 1e-4 for 300
-        # steps with the same reg2/thr/power, is within a point. Released: thr 0.04, reg2 0.1.
+        # experiments/results/sweeps/coil20.jsonl (README "Results so far"): best median ACC
+        # over seeds 0-2 with pretrained/coil20.h5 (the same at each seed); the runner-up, lr
+        # 1e-4 for 300 steps with the same reg2/thr/power, is within a point. Released: thr
+        # 0.04, reg2 0.1, lr 1e-4, 127 steps.
         mesc=_MESC_RELEASED.replace(reg2=1.0, lr=1e-3, epochs=60, thr=0.1),
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc_diag"),

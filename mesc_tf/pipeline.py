@@ -32,11 +32,9 @@ def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_check
     (he_normal, seeded by configure_runtime), then ``pretrained/<dataset>.h5``.
     """
     from mesc_tf.model import ConvAutoEncoder
-    from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint, tf1_prefix
+    from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
 
     if tf1_checkpoint:
-        if dataset is not None:
-            tf1_checkpoint = tf1_prefix(dataset, tf1_checkpoint)
         return load_tf1_checkpoint(tf1_checkpoint, arch), f"TF1 checkpoint {tf1_checkpoint}"
     if weights:
         return load_autoencoder(weights, arch)[0], f"weights {weights}"

@@ -250,11 +250,14 @@ def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_p
     assert "tf1_checkpoint" not in ae_source(args, "orl")  # other datasets keep their default
     with pytest.raises(MescError, match="not found"):  # nothing under MESC_TF1_DIR here
         check_sources(args, ["eyaleb"])
-    # table.py, sweep.py and run.py resolve it the same way.
+    # table.py and sweep.py (through sweep.resolve_autoencoder) and run.py resolve it the same way.
+    from experiments import run
     from mesc_tf import sweep
 
     with pytest.raises(MescError, match=f"TF1 checkpoint {tmp_path}/dscnet/EYaleB/model-102030"):
         sweep.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
+    args = run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
+    assert args.tf1_checkpoint == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
 
 
 def test_spread_is_the_sample_std_and_always_shown_for_several_seeds():

@@ -196,7 +196,8 @@ def test_table_smoke_on_orl(shared_data, tf1_ckpts, tmp_path, capsys, monkeypatc
 
     def run_beside_another(*a):
         for item in run(*a):
-            (tmp_path / "main_table.json").write_text(json.dumps({**table, "usps": {"dsc_l1": cell}}))
+            other = {**table, "usps": {"dsc_l1": cell}}
+            (tmp_path / "main_table.json").write_text(json.dumps(other))
             yield item
 
     monkeypatch.setattr(mod, "_run", run_beside_another)
