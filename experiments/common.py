@@ -278,6 +278,15 @@ def _rel(path) -> str:
         return str(path)
 
 
+def display_label(label: str) -> str:
+    """An auto-encoder label for a table: its path as ``cli.display_path`` writes it
+    (``tf1:../shared/...``), without touching the label kept in the run records."""
+    kind, sep, path = label.partition(":")
+    if not sep or kind not in ("tf1", "h5"):
+        return label
+    return f"{kind}:{cli.display_path(path if Path(path).is_absolute() else REPO / path, REPO)}"
+
+
 def ae_source(args, dataset: str, pretrained=True) -> dict:
     """Where the auto-encoder of ``dataset`` comes from, as keyword arguments of
     pipeline.get_autoencoder plus a short ``label`` for the records."""

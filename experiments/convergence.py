@@ -114,7 +114,8 @@ def markdown(summary, skipped, args):
              "ACC (%) | NMI (%) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
-        lines.append(f"| {name} | {s['n']} | {s['autoencoder']} | {s['steps']} | "
+        lines.append(f"| {name} | {s['n']} | {common.display_label(s['autoencoder'])} | "
+                     f"{s['steps']} | "
                      f"{s['first_loss']:.6g} | "
                      f"{s['last_loss']:.6g} | {'yes' if s['rises_at_start'] else 'no'} | "
                      f"{s['steps_to_within_1pct']} | {common.pm(s['acc_mean'], s['acc_std'])} | "

@@ -268,3 +268,12 @@ def test_spread_is_the_sample_std_and_always_shown_for_several_seeds():
     mean, std = mean_std([0.8, 0.9, None])
     assert mean == pytest.approx(0.85) and std == pytest.approx(0.1 / np.sqrt(2))  # ddof 1
     assert pm(*mean_std([])) == "–"
+
+
+def test_display_label_shortens_paths_beside_the_repo():
+    from experiments.common import REPO as root, display_label
+
+    beside = root.parent / "shared" / "pretrained-tf1" / "x.ckpt"
+    assert display_label(f"tf1:{beside}") == "tf1:../shared/pretrained-tf1/x.ckpt"
+    assert display_label("h5:pretrained/orl.h5") == "h5:pretrained/orl.h5"
+    assert display_label("he_normal (no pretraining)") == "he_normal (no pretraining)"
