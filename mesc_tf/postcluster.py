@@ -35,8 +35,9 @@ Three methods (``cluster(..., method=...)``, default ``DEFAULT_METHOD`` = "fast"
     its seeded ARPACK start vector, the same shift-invert ARPACK call, the division by the
     degrees, ``_deterministic_vector_sign_flip`` and sklearn's ``discretize`` with the same
     random state. Up to ``SI_LU_MAX_N`` the shifted matrix is LU-factored in place as scipy
-    does, and the labels are sklearn's bit for bit given the same L; above, a Cholesky factor
-    (half the flops) does the solves.
+    does, and the labels are sklearn's bit for bit given the same L; above, the same K
+    eigenpairs come from Lanczos on D^-½·A·D^-½ (products only; a Cholesky shift-invert if it
+    does not converge), equal to sklearn's to rounding.
 * ``"strict"``: "fast", but where its labels are not certain to be the reference's (below),
   the affinity is recomputed by the reference route and the spectral step run with the LU:
   then the labels are exactly ``"reference"``'s (same BLAS thread settings).
@@ -81,8 +82,12 @@ METHODS = ("fast", "strict", "reference")
 DEFAULT_METHOD = "fast"  # what cluster() and the pipeline use; see the module docstring
 # OpenBLAS threads for LAPACK's symmetric eigensolver (None: the library's default).
 EIGH_THREADS: int | None = 1
-# Above this n the shift-invert uses a Cholesky factor (half the flops of sklearn's LU).
+# Above this n the spectral step's eigenpairs come from Lanczos on D^-1/2·A·D^-1/2 (no
+# factorisation), falling back to a Cholesky shift-invert (half the flops of sklearn's LU).
 SI_LU_MAX_N = 4096
+# Products M·x Lanczos may spend before that fallback. On the trained MNIST C (n = 10000) it
+# needed 371, at ~12 ms each here; the factor and its solves took 8.3 s, worth ~700 products.
+LANCZOS_MAX_PRODUCTS = 600
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
@@ -450,28 +455,43 @@ def _mirror_upper(Z, block=512):
             Z[j0:j1, i0:i1] = Z[i0:i1, j0:j1].T
 
 
-def _shifted_laplacian_inplace(m: np.ndarray):
-    """sklearn's shift-invert matrix, laplacian − σI, built in the buffer of the symmetric
-    C-ordered affinity m. Returns (Fortran-ordered view of it, dd).
+def _normalised_adjacency_inplace(m: np.ndarray):
+    """M = D^-½·A·D^-½ with a zero diagonal, in the buffer of the symmetric C-ordered affinity
+    m (the normalised Laplacian is I − M). Returns the degrees' square roots dd.
 
     Same operations as ``scipy.sparse.csgraph.laplacian(m, normed=True, return_diag=True)``
-    (degrees = column sums without the diagonal, divide columns then rows by √degree, negate,
-    unit diagonal; sklearn's ``_set_diag`` sets the diagonal to 1 again) and scipy's
-    ``get_OPinv_matvec`` (diagonal −= σ). LAPACK wants Fortran order, so the buffer receives
-    the transpose, dividing rows first: its Fortran view is then that matrix bit for bit and
-    ``lu_factor`` can overwrite it instead of copying 8n² bytes.
+    before its negation: degrees = column sums without the diagonal, divide columns then rows
+    by √degree (rows first in the buffer, which holds the transpose; M is symmetric).
     """
-    n = m.shape[0]
     np.fill_diagonal(m, 0)
     w = m.sum(axis=0)
     isolated = w == 0
     w = np.where(isolated, 1, np.sqrt(w))
     m /= w[:, np.newaxis]  # m is symmetric: row i of the transpose is column i of m
     m /= w
+    return w
+
+
+def _shift_inplace(m: np.ndarray):
+    """M → laplacian − σI = (1 − σ)I − M, sklearn's shift-invert matrix, in place; returns its
+    Fortran-ordered view.
+
+    The steps of csgraph (negate, unit diagonal, which sklearn's ``_set_diag`` sets again) and
+    scipy's ``get_OPinv_matvec`` (diagonal −= σ). LAPACK wants Fortran order: the buffer holds
+    the transpose, so its Fortran view is that matrix bit for bit and ``lu_factor`` can
+    overwrite it instead of copying 8n² bytes.
+    """
+    n = m.shape[0]
     m *= -1
     m.flat[:: n + 1] = 1  # csgraph sets 1 − isolated, then sklearn's _set_diag sets 1
     m.flat[:: n + 1] -= _SIGMA
-    return m.T, w
+    return m.T
+
+
+def _shifted_laplacian_inplace(m: np.ndarray):
+    """sklearn's shift-invert matrix built in the buffer of the affinity m: (Fortran view, dd)."""
+    dd = _normalised_adjacency_inplace(m)
+    return _shift_inplace(m), dd
 
 
 def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30):
@@ -542,6 +562,28 @@ def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30
     return labels, 0.0
 
 
+def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray):
+    """The K smallest eigenpairs of the normalised Laplacian I − M, from ARPACK's Lanczos on
+    the largest algebraic eigenvalues of M (tol 0, as sklearn's call). Each step is one
+    symmetric product that reads half of M, and nothing is factorised. Returns (λ ascending,
+    eigenvectors), or None if ARPACK has not converged within ``LANCZOS_MAX_PRODUCTS``.
+    """
+    n = M.shape[0]
+    upper = M.T  # the symmetric C-ordered buffer's Fortran view: dsymv reads it without a copy
+    op = LinearOperator((n, n), dtype=np.float64,
+                        matvec=lambda x: scipy.linalg.blas.dsymv(1.0, upper, np.ravel(x)))
+    # A basis of 3K (at least 30) vectors: fewer products than ARPACK's default 2K + 1 on MNIST
+    # (371 vs 417). The first iteration takes ncv products, each restart ncv − K.
+    ncv = min(n - 1, max(3 * K, 30))
+    maxiter = max(1, (LANCZOS_MAX_PRODUCTS - ncv) // (ncv - K) + 1)
+    try:
+        mu, vectors = eigsh(op, k=K, which="LA", tol=0, v0=v0, ncv=ncv, maxiter=maxiter)
+    except ArpackError:  # ArpackNoConvergence included
+        return None
+    order = np.argsort(1.0 - mu, kind="stable")
+    return 1.0 - mu[order], vectors[:, order]
+
+
 class _NotPositiveDefinite(Exception):
     """The Cholesky factorisation failed (and overwrote L)."""
 
@@ -552,9 +594,11 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     assign_labels='discretize', random_state=seed) on L, step by step; L is overwritten.
 
     Up to ``SI_LU_MAX_N`` (or with ``exact``) it factors the shifted Laplacian by LU as sklearn
-    (through scipy) does, and returns sklearn's labels bit for bit. Above, a Cholesky factor
-    of the same symmetric positive definite matrix does the solves for half the flops (the
-    LU of a 10000² matrix takes 9-14 s here); the eigenvectors agree to rounding.
+    (through scipy) does, and returns sklearn's labels bit for bit. Above, the same eigenpairs
+    come from ARPACK's Lanczos on M = I − Laplacian without a factorisation (the LU of a 10000²
+    matrix takes 9-14 s here); if that has not converged within ``LANCZOS_MAX_PRODUCTS``, a
+    Cholesky factor of the shifted matrix (half the LU's flops) does sklearn's shift-invert.
+    Either way the eigenvectors agree with sklearn's to rounding.
     """
     from sklearn.cluster._spectral import discretize
     from sklearn.utils import check_random_state
@@ -563,24 +607,32 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
 
     n, K = L.shape[0], n_clusters
     random_state = check_random_state(seed)
-    shifted, dd = _shifted_laplacian_inplace(L)
+    dd = _normalised_adjacency_inplace(L)
     v0 = _init_arpack_v0(n, random_state)
-    if n > SI_LU_MAX_N and not exact:
-        try:
-            factor = scipy.linalg.cho_factor(shifted, lower=False, overwrite_a=True,
-                                             check_finite=False)
-        except np.linalg.LinAlgError as e:  # not positive definite in floating point
-            raise _NotPositiveDefinite from e  # L is overwritten: the caller rebuilds it
-        info["spectral"] = "ARPACK shift-invert as sklearn's, Cholesky factor, in place"
-        solve = functools.partial(scipy.linalg.cho_solve, factor, check_finite=False)
+    large = n > SI_LU_MAX_N and not exact
+    found = _lanczos_smallest(L, K, v0) if large else None
+    if found is not None:
+        lam, vectors = found
+        info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"
     else:
-        # scipy's get_OPinv_matvec for a dense A: LU of A − σI, lu_solve per ARPACK request.
-        factor = scipy.linalg.lu_factor(shifted, overwrite_a=True, check_finite=False)
-        info["spectral"] = "sklearn's ARPACK shift-invert (LU), in place"
-        solve = functools.partial(scipy.linalg.lu_solve, factor)
-    OPinv = LinearOperator((n, n), dtype=np.float64, matvec=solve)
-    shape_only = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: x)
-    lam, vectors = eigsh(shape_only, k=K, sigma=_SIGMA, which="LM", tol=0, v0=v0, OPinv=OPinv)
+        shifted = _shift_inplace(L)
+        if large:
+            try:
+                factor = scipy.linalg.cho_factor(shifted, lower=False, overwrite_a=True,
+                                                 check_finite=False)
+            except np.linalg.LinAlgError as e:  # not positive definite in floating point
+                raise _NotPositiveDefinite from e  # L is overwritten: the caller rebuilds it
+            info["spectral"] = "ARPACK shift-invert as sklearn's, Cholesky factor, in place"
+            solve = functools.partial(scipy.linalg.cho_solve, factor, check_finite=False)
+        else:
+            # scipy's get_OPinv_matvec for a dense A: LU of A − σI, lu_solve per ARPACK request.
+            factor = scipy.linalg.lu_factor(shifted, overwrite_a=True, check_finite=False)
+            info["spectral"] = "sklearn's ARPACK shift-invert (LU), in place"
+            solve = functools.partial(scipy.linalg.lu_solve, factor)
+        OPinv = LinearOperator((n, n), dtype=np.float64, matvec=solve)
+        shape_only = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: x)
+        lam, vectors = eigsh(shape_only, k=K, sigma=_SIGMA, which="LM", tol=0, v0=v0,
+                             OPinv=OPinv)
     lam_sorted = np.sort(lam)
     min_gap = float(np.min(np.diff(lam_sorted))) if K > 1 else np.inf
     info["spectral_min_gap"] = min_gap

@@ -143,16 +143,20 @@ def test_fast_route_equals_reference_when_well_posed(variant, power):
 
 
 @pytest.mark.parametrize("power", [1.0, 8.0])
-def test_large_n_routes_equal_reference(monkeypatch, power):
-    """The routes taken above n = 4096 (ARPACK on the sparse CᵀC for the SVD, a Cholesky
-    factor for the shift-invert), forced on small problems."""
+@pytest.mark.parametrize("solver", ["Lanczos", "Cholesky"])
+def test_large_n_routes_equal_reference(monkeypatch, power, solver):
+    """The routes taken above n = 4096 (ARPACK on the sparse CᵀC for the SVD; Lanczos on
+    D^-1/2·A·D^-1/2 for the spectral step, or the Cholesky shift-invert when Lanczos runs out
+    of restarts), forced on small problems."""
     monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
     monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    if solver == "Cholesky":  # as if Lanczos had not converged
+        monkeypatch.setattr(pc, "_lanczos_smallest", lambda *args: None)
     for seed in range(3):
         C, _ = trained_like(seed)
         info = {}
         fast = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=seed, info=info)
-        assert "ARPACK" in info["svd"] and "Cholesky" in info["spectral"] and not info["ill_posed"]
+        assert "ARPACK" in info["svd"] and solver in info["spectral"] and not info["ill_posed"]
         np.testing.assert_array_equal(
             fast, pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=seed, method="reference"))
 
@@ -249,3 +253,20 @@ def test_method_is_checked():
     C, _ = trained_like(0)
     with pytest.raises(MescError, match="method"):
         pc.cluster(C, 5, 0.2, 4, 1.0, method="quick")
+
+
+def test_lanczos_gives_up_after_its_restarts(monkeypatch):
+    """Without convergence within LANCZOS_MAX_PRODUCTS the spectral step must fall back (None),
+    and with enough restarts it returns the Laplacian's smallest eigenpairs, ascending."""
+    rng = np.random.default_rng(0)
+    A = rng.random((300, 300))
+    M = np.ascontiguousarray((A + A.T) / 600)
+    np.fill_diagonal(M, 0)
+    v0 = rng.uniform(-1, 1, 300)
+    monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 1)
+    assert pc._lanczos_smallest(M.copy(), 5, v0) is None
+    monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 10000)
+    lam, vectors = pc._lanczos_smallest(M.copy(), 5, v0)
+    expected = np.linalg.eigvalsh(np.eye(300) - M)[:5]
+    np.testing.assert_allclose(lam, expected, atol=1e-10)
+    np.testing.assert_allclose(np.abs(vectors.T @ vectors), np.eye(5), atol=1e-10)
