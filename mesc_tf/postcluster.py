@@ -488,12 +488,6 @@ def _shift_inplace(m: np.ndarray):
     return m.T
 
 
-def _shifted_laplacian_inplace(m: np.ndarray):
-    """sklearn's shift-invert matrix built in the buffer of the affinity m: (Fortran view, dd)."""
-    dd = _normalised_adjacency_inplace(m)
-    return _shift_inplace(m), dd
-
-
 def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30):
     """sklearn's ``discretize`` (Yu & Shi's rotation search), step for step, also returning
     how far its discrete decisions were from flipping. Returns (labels, margin).

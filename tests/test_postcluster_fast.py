@@ -147,7 +147,7 @@ def test_fast_route_equals_reference_when_well_posed(variant, power):
 def test_large_n_routes_equal_reference(monkeypatch, power, solver):
     """The routes taken above n = 4096 (ARPACK on the sparse CᵀC for the SVD; Lanczos on
     D^-1/2·A·D^-1/2 for the spectral step, or the Cholesky shift-invert when Lanczos runs out
-    of restarts), forced on small problems."""
+    of products), forced on small problems."""
     monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
     monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
     if solver == "Cholesky":  # as if Lanczos had not converged
@@ -255,9 +255,9 @@ def test_method_is_checked():
         pc.cluster(C, 5, 0.2, 4, 1.0, method="quick")
 
 
-def test_lanczos_gives_up_after_its_restarts(monkeypatch):
-    """Without convergence within LANCZOS_MAX_PRODUCTS the spectral step must fall back (None),
-    and with enough restarts it returns the Laplacian's smallest eigenpairs, ascending."""
+def test_lanczos_gives_up_beyond_its_product_budget(monkeypatch):
+    """Without convergence within LANCZOS_MAX_PRODUCTS the spectral step must fall back (None);
+    with enough products it returns the Laplacian's smallest eigenpairs, ascending."""
     rng = np.random.default_rng(0)
     A = rng.random((300, 300))
     M = np.ascontiguousarray((A + A.T) / 600)
@@ -269,4 +269,6 @@ def test_lanczos_gives_up_after_its_restarts(monkeypatch):
     lam, vectors = pc._lanczos_smallest(M.copy(), 5, v0)
     expected = np.linalg.eigvalsh(np.eye(300) - M)[:5]
     np.testing.assert_allclose(lam, expected, atol=1e-10)
-    np.testing.assert_allclose(np.abs(vectors.T @ vectors), np.eye(5), atol=1e-10)
+    laplacian = np.eye(300) - M
+    np.testing.assert_allclose(laplacian @ vectors, vectors * lam, atol=1e-10)
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(5), atol=1e-10)
