@@ -106,7 +106,8 @@ def main(argv=None):
     original = table.main([*common, "--out", str(args.out / "original"), *[
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
-    summary = {}
+    # Datasets compared by earlier runs keep their rows, as table.py keeps its cells.
+    summary = table.load_table(args.out / "autoencoders.json")
     for d in args.datasets:
         summary[d] = {
             "relative_error": reconstruction_errors(d, data_dir,

@@ -220,6 +220,14 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     assert len(r["ours"]["acc"]) == len(r["original"]["acc"]) == 1
     md = (out / "autoencoders.md").read_text()
     assert md.startswith("# Our auto-encoders") and "| toy | our |" in md
+    # A later run on other datasets keeps this row (here: an edited copy stands for one).
+    summary["coil20"] = summary.pop("toy")
+    (out / "autoencoders.json").write_text(json.dumps(summary))
+    compare_autoencoders.main(["--datasets", "toy", "--seeds", "0", "--max-epochs", "2",
+                               "--tf1-dir", str(tf1_dir), "--out", str(out)])
+    assert list(json.loads((out / "autoencoders.json").read_text())) == ["coil20", "toy"]
+    md = (out / "autoencoders.md").read_text()
+    assert "| coil20 | our |" in md and "| toy | our |" in md and "--datasets coil20 toy" in md
     with pytest.raises(SystemExit):  # a missing checkpoint folder: one clear error
         compare_autoencoders.parse_args(["--datasets", "toy", "--tf1-dir", str(tmp_path)])
 
