@@ -99,6 +99,9 @@ def main(argv=None):
     from mesc_tf.files import atomic_write_text
 
     data_dir = data.find_data_dir(args.data_dir)
+    # Datasets compared by earlier runs keep their rows, as table.py keeps its cells. Read
+    # before the long runs, so that an unreadable file stops us before they start.
+    summary = table.load_table(args.out / "autoencoders.json")
     common = ["--datasets", *args.datasets, "--methods", *args.methods, "--seeds", args.seeds,
               "--data-dir", str(data_dir), *(["--force"] if args.force else []),
               *(["--max-epochs", str(args.max_epochs)] if args.max_epochs else [])]
@@ -106,8 +109,6 @@ def main(argv=None):
     original = table.main([*common, "--out", str(args.out / "original"), *[
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
-    # Datasets compared by earlier runs keep their rows, as table.py keeps its cells.
-    summary = table.load_table(args.out / "autoencoders.json")
     for d in args.datasets:
         summary[d] = {
             "relative_error": reconstruction_errors(d, data_dir,

@@ -209,6 +209,7 @@ def test_bad_options_one_line(script, args, message):
 
 def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     from experiments import compare_autoencoders
+    from mesc_tf.errors import MescError
 
     tf1_dir = tf1_ckpts["coil20"].parents[2]  # .../pretrained-tf1
     out = tmp_path / "ae"
@@ -228,6 +229,14 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     assert list(json.loads((out / "autoencoders.json").read_text())) == ["coil20", "toy"]
     md = (out / "autoencoders.md").read_text()
     assert "| coil20 | our |" in md and "| toy | our |" in md and "--datasets coil20 toy" in md
+    # An unreadable summary stops the command before any training.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "autoencoders.json").write_text("{not json")
+    with pytest.raises(MescError, match="cannot read"):
+        compare_autoencoders.main(["--datasets", "toy", "--seeds", "0", "--max-epochs", "2",
+                                   "--tf1-dir", str(tf1_dir), "--out", str(bad)])
+    assert [f.name for f in bad.iterdir()] == ["autoencoders.json"]
     with pytest.raises(SystemExit):  # a missing checkpoint folder: one clear error
         compare_autoencoders.parse_args(["--datasets", "toy", "--tf1-dir", str(tmp_path)])
 
