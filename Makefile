@@ -40,7 +40,7 @@ $(addprefix pretrain-,$(PRETRAINABLE)):
 
 # The paper's main tables (experiments/results/main_table.{json,md}); `make table DATASETS=orl`.
 table:
-	$(PYTHON) experiments/table.py $(if $(DATASETS),--datasets $(DATASETS)) --seeds $(SEEDS) --jobs $(JOBS) $(EYALEB_AE) $(ARGS)
+	$(PYTHON) experiments/table.py $(if $(DATASETS),--datasets $(DATASETS)) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
 
 # Our auto-encoders vs the original checkpoints, same settings (experiments/results/autoencoders/).
 compare-ae:
@@ -56,16 +56,10 @@ toy:
 sensitivity:
 	$(PYTHON) experiments/sensitivity.py --force $(ARGS)
 convergence:
-	$(PYTHON) experiments/convergence.py --force $(EYALEB_AE) $(ARGS)
+	$(PYTHON) experiments/convergence.py --force $(ARGS)
 tsne:
 	$(PYTHON) experiments/tsne.py --force $(ARGS)
 confusion:
 	$(PYTHON) experiments/confusion.py --force $(ARGS)
 
-# There is no pretrained/eyaleb.h5 yet (pretrained/README.md): until there is, the table and
-# the convergence figure use the authors' EYaleB checkpoint (../shared/pretrained-tf1 or
-# $MESC_TF1_DIR); main_table.md names the auto-encoder of such cells.
-ifeq ($(wildcard pretrained/eyaleb.h5),)
-EYALEB_AE := --tf1-checkpoint eyaleb=original
-endif
 figures: $(FIGURES)

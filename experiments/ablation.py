@@ -84,7 +84,7 @@ def run_dataset(name, args, results):
             key = f"{name}-row{idx}-seed{seed}"
             spec = {"dataset": name, "subset": d.subset, "n": d.n, "row": idx,
                     "me": me, "decoupled": dec, "pretrained": pre, "seed": seed,
-                    "settings": settings.to_dict(), "autoencoder": src["label"]}
+                    "settings": settings.to_dict(), **common.ae_spec(src)}
             rec = results.get(key, spec)
             if rec is None:
                 print(f"  row {idx} (ME {me}, decoupled {dec}, pretrained {pre}), seed {seed}")

@@ -42,7 +42,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import numpy as np  # noqa: E402
 
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, sweep  # noqa: E402
 from mesc_tf.config import DATASETS, get_config, method_settings  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
 
@@ -289,22 +289,38 @@ def display_label(label: str) -> str:
 
 def ae_source(args, dataset: str, pretrained=True) -> dict:
     """Where the auto-encoder of ``dataset`` comes from, as keyword arguments of
-    pipeline.get_autoencoder plus a short ``label`` for the records."""
+    pipeline.get_autoencoder plus a short ``label`` and the ``sha256`` of its content for the
+    records (None where there is no file; check_sources says so before any training)."""
     if not pretrained or getattr(args, "no_pretrain", False):
-        return {"no_pretrain": True, "label": "he_normal (no pretraining)"}
+        return {"no_pretrain": True, "label": "he_normal (no pretraining)", "sha256": None}
     tf1 = _per_dataset(getattr(args, "tf1_checkpoint", []), dataset, "--tf1-checkpoint")
     if tf1:
         from mesc_tf.weights import tf1_prefix
 
         tf1 = tf1_prefix(dataset, tf1)
-        return {"tf1_checkpoint": tf1, "label": f"tf1:{_rel(tf1)}"}
+        return {"tf1_checkpoint": tf1, "label": f"tf1:{_rel(tf1)}",
+                "sha256": _content_hash(dataset, tf1_checkpoint=tf1)}
     weights = _per_dataset(getattr(args, "weights", []), dataset, "--weights")
     if weights:
-        return {"weights": weights, "label": f"h5:{_rel(weights)}"}
+        return {"weights": weights, "label": f"h5:{_rel(weights)}",
+                "sha256": _content_hash(dataset, weights=weights)}
     from mesc_tf import pipeline
 
     return {"weights": None, "label": f"h5:{_rel(pipeline.pretrained_path(dataset))}",
-            "default": True}
+            "default": True, "sha256": _content_hash(dataset)}
+
+
+def _content_hash(dataset, **source):
+    try:
+        return sweep.resolve_autoencoder(dataset, **source).sha256[:16]
+    except MescError:
+        return None
+
+
+def ae_spec(src: dict) -> dict:
+    """The auto-encoder part of a run record's spec: the label and the content hash, so that a
+    finished run is not reused after pretrained/<dataset>.h5 was replaced."""
+    return {"autoencoder": src["label"], "autoencoder_sha256": src["sha256"]}
 
 
 def check_sources(args, datasets, pretrained=True):
@@ -392,7 +408,7 @@ def train(d: Data, settings, src: dict, args, seed: int, inspect=None) -> Traine
 def method_spec(d: Data, method: str, settings, src: dict, args) -> dict:
     """The run-record spec of one method preset fine-tuned once and clustered with args.seeds."""
     return {"dataset": d.name, "subset": d.subset, "n": d.n, "method": method,
-            "settings": settings.to_dict(), "autoencoder": src["label"], "seeds": args.seeds}
+            "settings": settings.to_dict(), **ae_spec(src), "seeds": args.seeds}
 
 
 def cluster_seeds(coef, d: Data, settings, seeds, keep_labels=False) -> list[dict]:

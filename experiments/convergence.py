@@ -46,7 +46,7 @@ def run_dataset(d, args, results):
     settings = common.configure(common.preset(name, "our"), args, "our")
     key = name
     spec = {"dataset": name, "subset": d.subset, "n": d.n, "settings": settings.to_dict(),
-            "autoencoder": src["label"], "seeds": args.seeds}
+            **common.ae_spec(src), "seeds": args.seeds}
     rec = results.get(key, spec)
     if rec is None:
         t = common.train(d, settings, src, args, args.seeds[0])

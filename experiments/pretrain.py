@@ -67,7 +67,7 @@ def main(argv=None, cleanup=None):
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config
     from mesc_tf.errors import MescError
-    from mesc_tf.training import configure_runtime
+    from mesc_tf.training import configure_runtime, resumed_epoch
     from mesc_tf.weights import load_autoencoder, save_autoencoder
 
     cfg = get_config(args.dataset)
@@ -94,6 +94,7 @@ def main(argv=None, cleanup=None):
     configure_runtime(args.seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
           f"{schedule}")
+    resumed_at = resumed_epoch(ckpt) if args.resume else None
     start = time.perf_counter()
     init, init_meta = load_autoencoder(args.init, cfg.arch) if args.init else (None, None)
     ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,
@@ -106,7 +107,10 @@ def main(argv=None, cleanup=None):
         "max_steps": schedule.max_steps, "patience": schedule.patience,
         "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
         "target": schedule.target, "initializer": None if args.init else schedule.initializer,
-        "steps": info["steps"], "best_step": info["best_step"],
+        "steps": info["steps"], "best_step": info["best_step"], "final_lr": info["final_lr"],
+        # On a resume, lr and command are this process's; the steps before it ran with the
+        # options of the process that wrote the checkpoint.
+        "resumed_at_step": resumed_at,
         # A warm start: the steps above come on top of the initial file's.
         "init": {"path": args.init, "metadata": init_meta} if args.init else None,
         "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],

@@ -133,9 +133,13 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         net, x, schedule.max_steps, schedule.lr, verbose=verbose, log_dir=log_dir,
         backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=callbacks,
         jit_compile=jit_compile)
-    return ae, {"steps": int(net.optimizer.iterations.numpy()), "seconds": seconds,
-                "best_step": int(np.argmin(history["rel_err"])) + 1 if len(history["rel_err"]) else 0,
+    steps, errors = int(net.optimizer.iterations.numpy()), history["rel_err"]
+    return ae, {"steps": steps, "seconds": seconds,
+                # history holds this process's steps only (a resumed run's last len(errors))
+                "best_step": steps - len(errors) + int(np.argmin(errors)) + 1 if len(errors) else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
+                # The rate reached (halved on plateaus; on a resume, restored from the checkpoint).
+                "final_lr": float(keras.ops.convert_to_numpy(net.optimizer.learning_rate)),
                 "history": history}
 
 

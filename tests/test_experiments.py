@@ -83,6 +83,12 @@ def test_ablation_resumes_and_guards(data_env, tf1_ckpts, tmp_path):
     # With --force the summary is rebuilt, but a run made with other settings is still refused.
     with pytest.raises(MescError, match="other options"):
         ablation.main([*argv, "--epochs", "2", "--force"])
+    # So is one made from another auto-encoder at the same path (re-pretrained in place) ...
+    convert_tf1_checkpoint(tf1_ckpts["coil20"], (32, 32), h5, {"seconds": 13.5})
+    with pytest.raises(MescError, match="autoencoder_sha256"):
+        ablation.main([*argv, "--force"])
+    # ... which --redo recomputes.
+    assert ablation.main([*argv, "--redo"])["toy"]["rows"][1]["pretrain_s"] == 13.5
 
 
 def test_toy_affinity(data_env, tmp_path):

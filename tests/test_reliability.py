@@ -399,6 +399,32 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     assert_one_error_line(err, "unfinished pretraining", "--resume")
 
 
+
+def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
+    """A resumed pretraining's .h5 says at which step it resumed and the learning rate it ended
+    with: the checkpoint's, not the resuming process's schedule (whose lr and command the file
+    also records)."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import Pretrain, get_config
+    from mesc_tf.data import load_dataset
+    from mesc_tf.training import configure_runtime
+    from mesc_tf.weights import read_autoencoder_file
+
+    x = load_dataset("orl", files["dir"] / "orl").x
+    configure_runtime(0)
+    pipeline.pretrain(x, get_config("orl").arch, Pretrain(lr=2e-3, max_steps=2), verbose=0,
+                      backup_dir=tmp_path / "orl.checkpoint", checkpoint_every=2)
+    out = tmp_path / "orl.h5"
+    code, _, err = invoke(PRETRAIN, ["--dataset", "orl", "--data-dir", files["dir"] / "orl",
+                                     "--quiet", "--out", out, "--resume", "--max-steps", "4"],
+                          capsys)
+    assert code == 0, err
+    meta = read_autoencoder_file(out)[1]
+    assert (meta["resumed_at_step"], meta["steps"]) == (2, 4) and 3 <= meta["best_step"] <= 4
+    assert meta["lr"] == get_config("orl").pretrain.lr != 2e-3
+    assert meta["final_lr"] == pytest.approx(2e-3)
+    assert not (tmp_path / "orl.checkpoint").exists()
+
 # --- determinism -------------------------------------------------------------------------------
 
 
