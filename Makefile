@@ -67,4 +67,5 @@ confusion:
 # but its latent codes are 2x larger, and with these settings it clusters far worse
 # (pretrained/README.md). main_table.md names the auto-encoder of every cell.
 EYALEB_AE := --tf1-checkpoint eyaleb=original
+
 figures: $(FIGURES)

@@ -181,7 +181,7 @@ DATASETS: dict[str, DatasetConfig] = {
                          thr=0.2, subspace_dim=3, power=1.0, variant="dsc"),
         # lr 1e-4 as the authors' ORL checkpoint's graph, stopped at its error (0.1304): at lr
         # 1e-3 (0.1349 after 9406 steps) the latent codes came out 2.5x larger and DSC-Net-L2
-        # clustered 4 points worse than from the original (pretrained/README.md).
+        # clustered 5.5 points worse than from the original (pretrained/README.md).
         pretrain=_PRE_FACES.replace(lr=1e-4, max_steps=60000, patience=1000, min_delta=1e-5,
                                     target=0.1304),
     ),

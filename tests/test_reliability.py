@@ -399,7 +399,6 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     assert_one_error_line(err, "unfinished pretraining", "--resume")
 
 
-
 def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     """A resumed pretraining's .h5 says at which step it resumed and the learning rate it ended
     with: the checkpoint's, not the resuming process's schedule (whose lr and command the file
@@ -424,6 +423,7 @@ def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     assert meta["lr"] == get_config("orl").pretrain.lr != 2e-3
     assert meta["final_lr"] == pytest.approx(2e-3)
     assert not (tmp_path / "orl.checkpoint").exists()
+
 
 # --- determinism -------------------------------------------------------------------------------
 
