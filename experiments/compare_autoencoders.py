@@ -66,9 +66,10 @@ def render_md(summary, seeds) -> str:
     lines = ["# Our auto-encoders vs the original checkpoints", "",
              "Same data, same fine-tuning settings (mesc_tf/config.py), same seeds "
              f"({', '.join(map(str, seeds))}); only the auto-encoder differs. ACC/NMI in %: "
-             "median (mean ± std over the seeds). Command: `python "
-             "experiments/compare_autoencoders.py --datasets "
-             f"{' '.join(summary)}`.", "",
+             "median (mean ± std over the seeds). Rows merge across runs of `python "
+             "experiments/compare_autoencoders.py --datasets D ... [--methods M ...]` (default "
+             "method: our); each run adds or replaces the rows of its datasets and methods. "
+             f"Datasets here: {' '.join(summary)}.", "",
              "| dataset | method | recon. error ours | original | ratio | ACC ours | ACC original "
              "| NMI ours | NMI original | ours ≥ original |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -110,12 +111,15 @@ def main(argv=None):
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
     for d in args.datasets:
+        # Methods compared by earlier runs on this dataset keep their rows too.
+        methods = summary.get(d, {}).get("methods", {})
+        methods.update({m: {"ours": {k: ours[d][m][k] for k in ("acc", "nmi", "seeds")},
+                            "original": {k: original[d][m][k] for k in ("acc", "nmi", "seeds")}}
+                        for m in args.methods})
         summary[d] = {
             "relative_error": reconstruction_errors(d, data_dir,
                                                     args.tf1_dir / ORIGINAL_CHECKPOINTS[d]),
-            "methods": {m: {"ours": {k: ours[d][m][k] for k in ("acc", "nmi", "seeds")},
-                            "original": {k: original[d][m][k] for k in ("acc", "nmi", "seeds")}}
-                        for m in args.methods}}
+            "methods": methods}
     cli.write_json(args.out / "autoencoders.json", summary)
     atomic_write_text(args.out / "autoencoders.md", render_md(summary, args.seeds.split(",")))
     print(f"{args.out / 'autoencoders.md'}")

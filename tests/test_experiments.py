@@ -234,7 +234,12 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
                                "--tf1-dir", str(tf1_dir), "--out", str(out)])
     assert list(json.loads((out / "autoencoders.json").read_text())) == ["coil20", "toy"]
     md = (out / "autoencoders.md").read_text()
-    assert "| coil20 | our |" in md and "| toy | our |" in md and "--datasets coil20 toy" in md
+    assert "| coil20 | our |" in md and "| toy | our |" in md and "Datasets here: coil20 toy" in md
+    # ... and a run with another method keeps the dataset's earlier method rows.
+    summary = compare_autoencoders.main(["--datasets", "toy", "--methods", "dsc_l2", "--seeds", "0",
+                                         "--max-epochs", "2", "--tf1-dir", str(tf1_dir),
+                                         "--out", str(out)])
+    assert sorted(summary["toy"]["methods"]) == ["dsc_l2", "our"]
     # An unreadable summary stops the command before any training.
     bad = tmp_path / "bad"
     bad.mkdir()
