@@ -9,6 +9,11 @@ from each with the settings of mesc_tf/config.py and clustered with every seed (
 experiments/table.py, so the cells are resumable and identical to the main table's). Writes
 experiments/results/autoencoders/{autoencoders.json, autoencoders.md} and the two tables it
 ran in ours/ and original/ beside them.
+
+A second table judges the codes themselves, before any fine-tuning: their scale (mean |Z|) and
+how well they cluster by closed-form self-expression (LSR, :func:`closed_form_coef`) followed by
+the dataset's post-clustering. Equal LSR scores with unequal fine-tuned scores point at the
+fine-tuning dynamics rather than at what the encoder learnt.
 """
 
 import sys
@@ -47,17 +52,55 @@ def parse_args(argv=None):
     return args
 
 
-def reconstruction_errors(dataset, data_dir, tf1_prefix):
+# LSR's ridge weights, relative to the mean squared norm of a code (‖Z‖²_F / n). Its scores
+# depend on λ (Toy: ACC 0.48 at 0.01, 1.0 at 0.1), so the table gives all three.
+LSR_LAMBDAS = (0.01, 0.1, 1.0)
+
+
+def closed_form_coef(z, rel_lambda):
+    """C = argmin ‖Z − CZ‖² + λ‖C‖² = (ZZᵀ + λI)⁻¹ZZᵀ with a zero diagonal (rows of ``z`` are
+    samples; LSR, Lu et al., ECCV 2012), λ = rel_lambda · ‖Z‖²_F / n.
+
+    Computed from the thin SVD Z = USVᵀ as U·diag(s²/(s² + λ))·Uᵀ: no n×n solve.
+    """
+    import numpy as np
+
+    z = np.asarray(z, np.float64).reshape(len(z), -1)
+    u, s, _ = np.linalg.svd(z, full_matrices=False)
+    lam = rel_lambda * float(np.sum(s ** 2)) / len(z)
+    coef = (u * (s ** 2 / (s ** 2 + lam))) @ u.T
+    np.fill_diagonal(coef, 0.0)
+    return coef.astype(np.float32)
+
+
+def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
+    """Per auto-encoder: relative reconstruction error, mean |Z| and the LSR clustering scores."""
+    import numpy as np
+
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config
+    from mesc_tf.metrics import evaluate
+    from mesc_tf.postcluster import cluster
     from mesc_tf.training import relative_error
     from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
 
-    x = data.load_dataset(dataset, data_dir).x
-    arch = get_config(dataset).arch
-    ours = load_autoencoder(pipeline.pretrained_path(dataset), arch)[0]
-    return {"ours": relative_error(ours, x),
-            "original": relative_error(load_tf1_checkpoint(tf1_prefix, arch), x)}
+    d = data.load_dataset(dataset, data_dir)
+    cfg = get_config(dataset)
+    s = cfg.mesc  # the post-clustering settings of the "our" row
+    out = {}
+    for name, ae in (("ours", load_autoencoder(pipeline.pretrained_path(dataset), cfg.arch)[0]),
+                     ("original", load_tf1_checkpoint(tf1_prefix, cfg.arch))):
+        z = np.concatenate([ae.encode(d.x[i:i + 1024]).numpy() for i in range(0, len(d.x), 1024)])
+        lsr = {"rel_lambda": list(LSR_LAMBDAS), "seeds": list(seeds), "acc": [], "nmi": []}
+        for lam in LSR_LAMBDAS:
+            coef = closed_form_coef(z, lam)
+            scores = [evaluate(d.y, cluster(coef, d.n_clusters, s.thr, s.subspace_dim, s.power,
+                                            s.variant, seed=seed)) for seed in seeds]
+            lsr["acc"].append([m["acc"] for m in scores])
+            lsr["nmi"].append([m["nmi"] for m in scores])
+        out[name] = {"relative_error": relative_error(ae, d.x),
+                     "mean_abs_code": float(np.abs(z).mean()), "lsr": lsr}
+    return out
 
 
 def render_md(summary, seeds) -> str:
@@ -89,6 +132,26 @@ def render_md(summary, seeds) -> str:
                          f"{cell(r['original']['nmi'])} | {'yes' if ok else 'no'} |")
     lines += ["", "Fine-tuning from a pretrained auto-encoder is deterministic: the seeds vary "
               "only the spectral clustering, so the spread is the clustering's.", ""]
+    coded = {d: s["codes"] for d, s in summary.items() if "codes" in s}
+    if coded:
+        lams = " / ".join(f"{v:g}" for v in next(iter(coded.values()))["ours"]["lsr"]["rel_lambda"])
+        lines += ["## The codes before fine-tuning", "",
+                  "Mean |Z| over the latent codes of the whole dataset, and ACC/NMI (%) of the "
+                  "codes clustered without fine-tuning: C = (ZZᵀ + λI)⁻¹ZZᵀ with a zero diagonal "
+                  f"(LSR) for λ = {lams} times ‖Z‖²_F / n, then the post-clustering settings of "
+                  "the dataset's our row; medians over the same seeds.", "",
+                  f"| dataset | mean abs(Z) ours | original | LSR ACC ours (λ {lams}) | original "
+                  "| LSR NMI ours | original |", "|---|---|---|---|---|---|---|"]
+
+        def medians(v):
+            return " / ".join(f"{100 * np.median(x):.2f}" for x in v)
+
+        for d, c in coded.items():
+            o, g = c["ours"], c["original"]
+            lines.append(f"| {d} | {o['mean_abs_code']:.4g} | {g['mean_abs_code']:.4g} | "
+                         f"{medians(o['lsr']['acc'])} | {medians(g['lsr']['acc'])} | "
+                         f"{medians(o['lsr']['nmi'])} | {medians(g['lsr']['nmi'])} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -116,9 +179,11 @@ def main(argv=None):
         methods.update({m: {"ours": {k: ours[d][m][k] for k in ("acc", "nmi", "seeds")},
                             "original": {k: original[d][m][k] for k in ("acc", "nmi", "seeds")}}
                         for m in args.methods})
+        diag = autoencoder_diagnostics(d, data_dir, args.tf1_dir / ORIGINAL_CHECKPOINTS[d],
+                                       [int(v) for v in args.seeds.split(",")])
         summary[d] = {
-            "relative_error": reconstruction_errors(d, data_dir,
-                                                    args.tf1_dir / ORIGINAL_CHECKPOINTS[d]),
+            "relative_error": {k: v.pop("relative_error") for k, v in diag.items()},
+            "codes": diag,
             "methods": methods}
     cli.write_json(args.out / "autoencoders.json", summary)
     atomic_write_text(args.out / "autoencoders.md", render_md(summary, args.seeds.split(",")))

@@ -52,13 +52,18 @@ class Dataset:
 
 def _choose_data_dir(data_dir=None) -> tuple[Path, str]:
     """The data folder and a few words on how it was chosen (for error messages)."""
-    if data_dir is not None and str(data_dir) != "":
-        path, how = Path(data_dir), "given by --data-dir"
-    elif os.environ.get(ENV_VAR):
+    if os.environ.get(ENV_VAR):
         path, how = Path(os.environ[ENV_VAR]), f"from {ENV_VAR}"
     else:
         path, how = Path(DEFAULT_DATA_DIR), "the default data/ in the current directory"
-    return path.expanduser().absolute(), how
+    path = path.expanduser().absolute()
+    if data_dir is not None and str(data_dir) != "":
+        given = Path(data_dir).expanduser().absolute()
+        # Commands that resolve the folder once and hand it on (sweep and table workers) pass
+        # the environment's or the default folder back in: name where it really came from.
+        if given != path:
+            path, how = given, "given by --data-dir"
+    return path, how
 
 
 def find_data_dir(data_dir=None) -> Path:

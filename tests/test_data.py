@@ -92,8 +92,12 @@ def test_default_data_dir_missing_file_message(tmp_path, monkeypatch):
     msg = expect_error("coil20 data file not found", load_dataset, "coil20")
     assert str(tmp_path / "data" / "COIL20.mat") in msg
     assert "default data/" in msg and "--data-dir" in msg and "MESC_DATA_DIR" in msg
+    # A command that resolved the folder and hands it on still names where it came from.
+    assert "default data/" in expect_error("not found", load_dataset, "coil20", find_data_dir())
     monkeypatch.setenv("MESC_DATA_DIR", str(tmp_path / "data"))
     assert "from MESC_DATA_DIR" in expect_error("not found", load_dataset, "coil20")
+    assert "from MESC_DATA_DIR" in expect_error("not found", load_dataset, "coil20",
+                                                find_data_dir())
 
 
 def test_every_dataset_has_a_loader():

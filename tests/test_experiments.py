@@ -227,6 +227,11 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     assert len(r["ours"]["acc"]) == len(r["original"]["acc"]) == 1
     md = (out / "autoencoders.md").read_text()
     assert md.startswith("# Our auto-encoders") and "| toy | our |" in md
+    codes = summary["toy"]["codes"]  # the codes clustered without fine-tuning
+    assert codes["ours"]["mean_abs_code"] > 0 and codes["original"]["lsr"]["seeds"] == [0]
+    lsr_acc = {k: dict(zip(c["lsr"]["rel_lambda"], c["lsr"]["acc"])) for k, c in codes.items()}
+    assert lsr_acc["ours"][0.1] == lsr_acc["original"][0.1] == [1.0]  # 3 objects, well apart
+    assert "## The codes before fine-tuning" in md and "| toy | " in md.split("## The codes")[1]
     # A later run on other datasets keeps this row (here: an edited copy stands for one).
     summary["coil20"] = summary.pop("toy")
     (out / "autoencoders.json").write_text(json.dumps(summary))
@@ -250,6 +255,29 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     assert [f.name for f in bad.iterdir()] == ["autoencoders.json"]
     with pytest.raises(SystemExit):  # a missing checkpoint folder: one clear error
         compare_autoencoders.parse_args(["--datasets", "toy", "--tf1-dir", str(tmp_path)])
+
+
+def test_closed_form_coef_is_lsr_and_separates_independent_subspaces():
+    from experiments.compare_autoencoders import closed_form_coef
+    from mesc_tf.postcluster import cluster
+
+    rng = np.random.default_rng(0)
+    # 3 independent 4-dimensional subspaces of R^40, 30 points each, shuffled.
+    z = np.concatenate([rng.normal(size=(30, 4)) @ rng.normal(size=(4, 40)) for _ in range(3)])
+    truth = np.repeat(np.arange(3), 30)
+    order = rng.permutation(90)
+    z, truth = z[order], truth[order]
+    coef = closed_form_coef(z, rel_lambda=0.01)
+    k = z @ z.T
+    lam = 0.01 * np.trace(k) / len(z)
+    expected = np.linalg.solve(k + lam * np.eye(len(z)), k)
+    np.fill_diagonal(expected, 0.0)
+    np.testing.assert_allclose(coef, expected, atol=1e-5)
+    same = truth[:, None] == truth[None, :]
+    # Nearly block diagonal: λ > 0 leaks a little across independent, non-orthogonal subspaces.
+    assert np.abs(coef[~same]).mean() < 0.01 * np.abs(coef[same]).mean()
+    labels = cluster(coef, 3, thr=1.0, subspace_dim=4, power=1.0)
+    assert len(set(zip(labels, truth))) == 3  # one label per subspace
 
 
 def test_pretraining_seconds_sums_every_stage():
