@@ -81,7 +81,7 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     from mesc_tf.config import get_config
     from mesc_tf.metrics import evaluate
     from mesc_tf.postcluster import cluster
-    from mesc_tf.training import relative_error
+    from mesc_tf.training import latent_codes, relative_error
     from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
 
     d = data.load_dataset(dataset, data_dir)
@@ -90,7 +90,7 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     out = {}
     for name, ae in (("ours", load_autoencoder(pipeline.pretrained_path(dataset), cfg.arch)[0]),
                      ("original", load_tf1_checkpoint(tf1_prefix, cfg.arch))):
-        z = np.concatenate([ae.encode(d.x[i:i + 1024]).numpy() for i in range(0, len(d.x), 1024)])
+        z = latent_codes(ae, d.x)
         lsr = {"rel_lambda": list(LSR_LAMBDAS), "seeds": list(seeds), "acc": [], "nmi": []}
         for lam in LSR_LAMBDAS:
             coef = closed_form_coef(z, lam)

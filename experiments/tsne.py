@@ -44,17 +44,6 @@ def parse_args(argv=None):
     return args
 
 
-def encode(model, x, batch=2048):
-    import numpy as np
-    import tensorflow as tf
-
-    parts = []
-    for i in range(0, len(x), batch):
-        z = model.autoencoder.encode(tf.convert_to_tensor(x[i:i + batch], tf.float32))
-        parts.append(np.asarray(z).reshape(len(z), -1))
-    return np.concatenate(parts)
-
-
 def tsne(features, seed, perplexity):
     from sklearn.manifold import TSNE
 
@@ -83,6 +72,7 @@ def run_dataset(name, args, results):
     from sklearn.metrics import completeness_score, homogeneity_score
 
     from mesc_tf.metrics import best_map
+    from mesc_tf.training import latent_codes
 
     d = common.load_data(name, args)
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
@@ -103,7 +93,7 @@ def run_dataset(name, args, results):
         if rec is None or not results.path(key, ".npy").exists():
             print(f"  {common.METHODS[method]}")
             t = common.train(d, settings, src, args, args.seeds[0],
-                             inspect=lambda model: encode(model, d.x))
+                             inspect=lambda model: latent_codes(model.autoencoder, d.x))
             z = t.extra
             clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds, keep_labels=True)
             for c in clusterings:

@@ -305,13 +305,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
     def encode(self, X, batch_size=1024):
         """Latent codes of the fine-tuned encoder, flattened: float32 (n, h'·w'·channels)."""
-        import tensorflow as tf
+        from mesc_tf.training import latent_codes
 
         check_is_fitted(self, "encoder_")
         x = self._validate_images(X, image_shape=self.image_shape_)
-        codes = [self.encoder_.encode(tf.convert_to_tensor(x[i:i + batch_size])).numpy()
-                 for i in range(0, len(x), batch_size)]
-        return np.concatenate(codes).reshape(len(x), -1)
+        return latent_codes(self.encoder_, x, batch_size)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

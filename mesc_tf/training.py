@@ -218,6 +218,15 @@ def relative_error(autoencoder, x, batch_size=2048):
     return float(np.sqrt(num / den))
 
 
+def latent_codes(autoencoder, x, batch_size=2048) -> np.ndarray:
+    """The encoder's output for every image of ``x``, flattened: (n, latent_dim) float32."""
+    parts = []
+    for i in range(0, len(x), batch_size):
+        z = autoencoder.encode(tf.convert_to_tensor(x[i:i + batch_size], tf.float32))
+        parts.append(np.asarray(z).reshape(len(z), -1))
+    return np.concatenate(parts)
+
+
 def dead_channels(autoencoder, x, batch_size=2048) -> list[int]:
     """Latent channels that are 0 (ReLU off) for every image of ``x``: they carry nothing into
     the self-expression. Long pretraining killed some in ours (pretrained/README.md)."""
