@@ -219,11 +219,9 @@ def test_released_orl_C_is_flagged_and_strict_matches(shared_reference):
     """The released graph's ORL C (reference/README.md): sklearn's discretize leaves clusters
     empty there and its rotation is then arbitrary, so the reference's own labels move with
     rounding. The fast route must flag it; strict must give the reference's labels."""
-    from mesc_tf.config import get_config
-
     C = np.load(shared_reference / "orl_decoupled_entropy_C100.npy")
-    s = get_config("orl").mesc
-    args = (C, 40, s.thr, s.subspace_dim, s.power, s.variant)
+    # DSC-Net's ORL post-clustering with MESC's diagonal-to-1 (the ORL config until session 11).
+    args = (C, 40, 0.2, 3, 1.0, "mesc")
     info = {}
     pc.cluster(*args, seed=0, info=info)
     assert info["ill_posed"] and info["discretize_margin"] < pc.DISCRETIZE_MARGIN_MIN
