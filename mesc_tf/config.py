@@ -229,7 +229,7 @@ DATASETS: dict[str, DatasetConfig] = {
         # 10/12, power 3.5/5 and reg1 1/3/10 (reg1 hardly matters), the best ACC on seed 0.
         # The COIL40 template (lr 1e-4, 127 steps, reg2 0.1) gave 67.85 % median; lr 3e-4 and
         # 5e-4 (up to 3500 steps) a lower ACC and a higher NMI (at best 94.90 / 96.23).
-        # Not adopted yet (README, EYaleB): variant="dsc" at 1000 steps gave 96.50 / 95.51, seeds 0-2.
+        # Not adopted yet (README, EYaleB): variant="dsc" at 1500 steps gave 96.83 / 95.90, seeds 0-2.
         mesc=_MESC_RELEASED.replace(reg2=10 ** (38 / 10 - 3), lr=1e-3, epochs=600,
                                     thr=0.1, subspace_dim=12, power=3.5),
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
