@@ -4,8 +4,9 @@
 
 Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal (or --initializer) start. Stops when
 the relative reconstruction error has not improved by --min-delta for --patience steps, when
-it reaches --target, or after --max-steps; keeps the best weights. Defaults per dataset are in
-mesc_tf/config.py.
+it reaches --target, or after --max-steps; keeps the best weights; then, with
+--activation-scale, rescales them without changing any reconstruction. Defaults per dataset
+are in mesc_tf/config.py.
 """
 
 import dataclasses
@@ -33,8 +34,12 @@ def parse_args(argv=None):
                    help="stop as soon as the relative error is at most this (0 = never)")
     p.add_argument("--initializer", choices=("he_normal", "glorot_uniform"),
                    help="kernel initializer of a fresh auto-encoder")
+    p.add_argument("--activation-scale", type=float, metavar="S",
+                   help="finally rescale the weights so that every hidden layer's mean "
+                   "|activation| is S; reconstructions do not change (0 = off)")
     p.add_argument("--init", metavar="H5", help="continue training this .h5 auto-encoder "
-                   "instead of starting from he_normal weights")
+                   "instead of starting from he_normal weights (with --max-steps 0: only "
+                   "rescale it)")
     p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
@@ -51,7 +56,10 @@ def parse_args(argv=None):
         if args.resume and getattr(args, name) is not None:
             p.error(f"--{name} cannot be combined with --resume: the checkpoint restores the "
                     "weights and learning rate it had reached; resume without it")
-    for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 1, ">= 1"),
+    if args.max_steps == 0 and not args.init:
+        p.error("--max-steps 0 trains nothing: give --init H5 to rescale that auto-encoder")
+    for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 0, ">= 0"),
+                           ("activation_scale", lambda v: v >= 0, ">= 0"),
                            ("patience", lambda v: v >= 0, ">= 0"),
                            ("min_delta", lambda v: v >= 0, ">= 0"),
                            ("lr_patience", lambda v: v >= 0, ">= 0"),
@@ -74,8 +82,14 @@ def main(argv=None, cleanup=None):
     schedule = cfg.pretrain.replace(lr=args.lr, max_steps=args.max_steps,
                                     patience=args.patience, min_delta=args.min_delta,
                                     lr_patience=args.lr_patience, initializer=args.initializer)
-    if args.target is not None:  # given explicitly, 0 switches a configured target off
+    # Given explicitly, 0 switches a configured target or scale off.
+    if args.target is not None:
         schedule = dataclasses.replace(schedule, target=args.target or None)
+    if args.activation_scale is not None:
+        schedule = dataclasses.replace(schedule, activation_scale=args.activation_scale or None)
+    if not (schedule.max_steps or schedule.activation_scale):
+        raise MescError(f"--max-steps 0 with no activation scale (none configured for "
+                        f"{args.dataset}) would only copy {args.init}; give --activation-scale S")
     out = Path(args.out) if args.out else pipeline.pretrained_path(args.dataset)
     # Before the (long) training: refuse to replace a result, and check it can be written.
     made = cli.prepare_out_file(out, force=args.force, what="output")
@@ -113,6 +127,8 @@ def main(argv=None, cleanup=None):
         "resumed_at_step": resumed_at,
         # A warm start: the steps above come on top of the initial file's.
         "init": {"path": args.init, "metadata": init_meta} if args.init else None,
+        "activation_scale": schedule.activation_scale,
+        "activation_factors": info["activation_factors"],
         "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],
         "seconds": time.perf_counter() - start,
         "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),

@@ -107,14 +107,16 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     """Train an auto-encoder on ``x`` alone (no self-expression).
 
     Starts from fresh weights (``schedule.initializer``; seed with configure_runtime first), or
-    continues training the auto-encoder ``init``. ``schedule`` is a :class:`mesc_tf.config.Pretrain`.
+    continues training the auto-encoder ``init`` (``schedule.max_steps`` 0: no training, only
+    the final rescaling). ``schedule`` is a :class:`mesc_tf.config.Pretrain`.
     Returns (autoencoder with the best weights, info dict).
     """
     import keras
     import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import StopAtTarget, dead_channels, fit_full_batch, relative_error
+    from mesc_tf.training import (StopAtTarget, dead_channels, fit_full_batch, relative_error,
+                                  rescale_activations)
 
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
@@ -129,18 +131,23 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         callbacks.append(keras.callbacks.ReduceLROnPlateau(
             monitor="rel_err", mode="min", factor=0.5, patience=schedule.lr_patience,
             min_delta=schedule.min_delta, min_lr=schedule.lr / 1000))
-    history, seconds = fit_full_batch(
-        net, x, schedule.max_steps, schedule.lr, verbose=verbose, log_dir=log_dir,
-        backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=callbacks,
-        jit_compile=jit_compile)
-    steps, errors = int(net.optimizer.iterations.numpy()), history["rel_err"]
+    if schedule.max_steps:
+        history, seconds = fit_full_batch(
+            net, x, schedule.max_steps, schedule.lr, verbose=verbose, log_dir=log_dir,
+            backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=callbacks,
+            jit_compile=jit_compile)
+        steps, errors = int(net.optimizer.iterations.numpy()), history["rel_err"]
+        final_lr = float(keras.ops.convert_to_numpy(net.optimizer.learning_rate))
+    else:  # no training: only the rescaling below, of ``init``
+        history, seconds, steps, errors, final_lr = {}, 0.0, 0, [], None
+    factors = (rescale_activations(ae, x, schedule.activation_scale)
+               if schedule.activation_scale else None)
     return ae, {"steps": steps, "seconds": seconds,
                 # history holds this process's steps only (a resumed run's last len(errors))
                 "best_step": steps - len(errors) + int(np.argmin(errors)) + 1 if len(errors) else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
                 # The rate reached (halved on plateaus; on a resume, restored from the checkpoint).
-                "final_lr": float(keras.ops.convert_to_numpy(net.optimizer.learning_rate)),
-                "history": history}
+                "final_lr": final_lr, "activation_factors": factors, "history": history}
 
 
 def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, backup_dir=None,

@@ -236,3 +236,43 @@ def dead_channels(autoencoder, x, batch_size=2048) -> list[int]:
         on = tf.reduce_any(tf.reshape(z, (-1, z.shape[-1])) > 0, axis=0)
         alive = on if alive is None else tf.logical_or(alive, on)
     return [int(c) for c in np.flatnonzero(~alive.numpy())]
+
+
+def hidden_activation_means(autoencoder, x, batch_size=2048) -> np.ndarray:
+    """Mean |activation| over ``x`` of every layer but the output layer, in order."""
+    layers = autoencoder.named_layers[:-1]
+    sums, counts = np.zeros(len(layers)), np.zeros(len(layers))
+    for i in range(0, len(x), batch_size):
+        h = tf.convert_to_tensor(x[i:i + batch_size], tf.float32)
+        for k, layer in enumerate(layers):
+            h = layer(h)
+            sums[k] += float(tf.reduce_sum(tf.abs(h)))
+            counts[k] += int(tf.size(h))
+    return sums / counts
+
+
+def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
+    """Rescale the weights so that every hidden layer's mean |activation| on ``x`` is
+    ``target``, leaving every reconstruction as it was. Returns the factor of each hidden layer.
+
+    ReLU is positively homogeneous: a layer's kernel and bias times a > 0 give its output
+    times a, and the next kernel divided by a undoes that. The function stays, fine-tuning
+    does not: the self-expression term grows with the codes' square and Adam moves every
+    weight by about the learning rate whatever its size (pretrained/README.md, EYaleB).
+    """
+    from mesc_tf.errors import MescError
+
+    if not target > 0:
+        raise MescError(f"the activation scale must be > 0, got {target}")
+    layers = autoencoder.named_layers
+    means = hidden_activation_means(autoencoder, x, batch_size)
+    if not np.all(means > 0):
+        dead = [layers[k].name for k in np.flatnonzero(~(means > 0))]
+        raise MescError(f"cannot rescale: layer(s) {', '.join(dead)} output 0 for every image")
+    factors = [float(target / m) for m in means]
+    previous = 1.0
+    for layer, factor in zip(layers, [*factors, 1.0]):  # the output layer keeps its scale
+        layer.kernel.assign(layer.kernel * (factor / previous))
+        layer.bias.assign(layer.bias * factor)
+        previous = factor
+    return factors

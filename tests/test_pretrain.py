@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from mesc_tf import pipeline
 from mesc_tf.config import Architecture, Pretrain
-from mesc_tf.training import configure_runtime, relative_error
+from mesc_tf.training import configure_runtime, hidden_activation_means, relative_error
 from mesc_tf.weights import load_autoencoder, save_autoencoder
 
 ARCH = Architecture(image_shape=(16, 16), kernels=(3, 3), channels=(4, 6))
@@ -72,7 +72,9 @@ def test_pretrain_command_checks_the_new_options(capsys):
     for argv, needle in ((["--target", "1.5"], "--target must be in [0, 1)"),
                          (["--initializer", "zeros"], "invalid choice"),
                          (["--resume", "--lr", "3e-3"], "--lr cannot be combined with --resume"),
-                         (["--resume", "--init", "a.h5"], "--init cannot be combined")):
+                         (["--resume", "--init", "a.h5"], "--init cannot be combined"),
+                         (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),
+                         (["--activation-scale", "-1"], "--activation-scale must be >= 0")):
         with pytest.raises(SystemExit) as e:
             mod.parse_args(["--dataset", "orl", *argv])
         assert e.value.code == 2
@@ -89,6 +91,30 @@ def test_dead_channels_finds_channels_off_for_every_image(x):
     last = ae.encoder_layers[-1]
     last.bias.assign(last.bias.numpy() - np.array([0, 1e6, 0, 0, 0, 1e6], np.float32))
     assert dead_channels(ae, x) == [1, 5]
+
+
+def test_rescaling_keeps_every_reconstruction_and_sets_the_scale(x):
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.training import rescale_activations
+
+    configure_runtime(0)
+    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=20, activation_scale=0.05),
+                                 verbose=0)
+    assert len(info["activation_factors"]) == 3  # enc_0, enc_1 (codes), dec_0
+    np.testing.assert_allclose(hidden_activation_means(ae, x), 0.05, rtol=1e-5)
+    before = ae(tf.constant(x)).numpy()
+    factors = rescale_activations(ae, x, 2.0, batch_size=16)  # in batches, as for MNIST
+    np.testing.assert_allclose(factors, 40.0, rtol=1e-5)
+    np.testing.assert_allclose(ae(tf.constant(x)).numpy(), before, rtol=1e-4, atol=1e-6)
+    # --max-steps 0: no training, only the rescaling of init.
+    _, info = pipeline.pretrain(x, ARCH, Pretrain(max_steps=0, activation_scale=0.05), init=ae,
+                                verbose=0)
+    assert info["steps"] == 0 and info["activation_factors"] == pytest.approx([1 / 40] * 3)
+    dead = ConvAutoEncoder(ARCH).build_for_input()
+    dead.encoder_layers[1].bias.assign(dead.encoder_layers[1].bias - 1e6)
+    with pytest.raises(MescError, match=r"layer\(s\) enc_1, dec_0 output 0"):
+        rescale_activations(dead, x, 1.0)
 
 
 # The auto-encoders issue 3 asks pretrained/ to ship (COIL40/COIL100 wait for COIL100.mat).
@@ -113,3 +139,6 @@ def test_shipped_autoencoder_meets_the_reconstruction_bar(name, shared_data, tf1
     original = relative_error(load_tf1_checkpoint(tf1_ckpts["coil20" if name == "toy" else name],
                                                   arch), x)
     assert err <= 1.2 * original
+    if meta.get("activation_scale"):  # rescaled after training (EYaleB)
+        np.testing.assert_allclose(hidden_activation_means(ours, x), meta["activation_scale"],
+                                   rtol=1e-3)

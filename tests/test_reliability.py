@@ -368,11 +368,14 @@ def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
 
 
 def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
+    from mesc_tf.weights import read_autoencoder_file
+
     data = ["--dataset", "orl", "--data-dir", files["dir"] / "orl", "--quiet"]
     out = tmp_path / "ae" / "orl.h5"
     # Bad options and unwritable or taken outputs: one line, nothing written.
     for argv, needle in [
-        (["--lr", "0"], "--lr must be > 0"), (["--max-steps", "0"], "--max-steps must be >= 1"),
+        (["--lr", "0"], "--lr must be > 0"), (["--max-steps", "-1"], "--max-steps must be >= 0"),
+        (["--max-steps", "0"], "trains nothing: give --init"),
         (["--checkpoint-every", "0"], ">= 1"), (["--out", files["a_file"] / "x.h5"], "cannot write"),
         (["--out", out, "--resume"], "nothing to resume"),
     ]:
@@ -391,6 +394,19 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     assert code == 2
     assert_one_error_line(err, "already exists", "--force")
     assert out.read_bytes() == written
+    # --max-steps 0 only rescales --init (ORL configures no scale, so one must be given).
+    rescaled = tmp_path / "ae" / "rescaled.h5"
+    code, _, err = invoke(PRETRAIN, [*data, "--init", out, "--max-steps", "0", "--out", rescaled],
+                          capsys)
+    assert code == 2
+    assert_one_error_line(err, "would only copy", "--activation-scale")
+    code, _, err = invoke(PRETRAIN, [*data, "--init", out, "--max-steps", "0",
+                                     "--activation-scale", "5", "--out", rescaled], capsys)
+    assert code == 0, err
+    meta, first = read_autoencoder_file(rescaled)[1], read_autoencoder_file(out)[1]
+    assert (meta["steps"], meta["activation_scale"], len(meta["activation_factors"])) == (0, 5, 5)
+    assert meta["relative_error"] == pytest.approx(first["relative_error"], rel=1e-4)
+    assert meta["init"]["metadata"]["steps"] == 3
     # An unfinished pretraining's checkpoint is not silently reused.
     (out.parent / "new.checkpoint").mkdir()
     (out.parent / "new.checkpoint" / "state.json").write_text("{}")
