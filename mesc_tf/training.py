@@ -259,17 +259,18 @@ def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
     times a, and the next kernel divided by a undoes that. The function stays, fine-tuning
     does not: the self-expression term grows with the codes' square and Adam moves every
     weight by about the learning rate whatever its size (pretrained/README.md, EYaleB).
+    A layer that outputs 0 for every image cannot reach ``target``; it takes the factor of the
+    layer before it (any factor keeps it 0), so a finished pretraining is never refused here.
     """
     from mesc_tf.errors import MescError
 
     if not target > 0:
         raise MescError(f"the activation scale must be > 0, got {target}")
     layers = autoencoder.named_layers
-    means = hidden_activation_means(autoencoder, x, batch_size)
-    if not np.all(means > 0):
-        dead = [layers[k].name for k in np.flatnonzero(~(means > 0))]
-        raise MescError(f"cannot rescale: layer(s) {', '.join(dead)} output 0 for every image")
-    factors = [float(target / m) for m in means]
+    factors, previous = [], 1.0
+    for mean in hidden_activation_means(autoencoder, x, batch_size):
+        previous = float(target / mean) if mean > 0 else previous
+        factors.append(previous)
     previous = 1.0
     for layer, factor in zip(layers, [*factors, 1.0]):  # the output layer keeps its scale
         layer.kernel.assign(layer.kernel * (factor / previous))

@@ -111,10 +111,16 @@ def test_rescaling_keeps_every_reconstruction_and_sets_the_scale(x):
     _, info = pipeline.pretrain(x, ARCH, Pretrain(max_steps=0, activation_scale=0.05), init=ae,
                                 verbose=0)
     assert info["steps"] == 0 and info["activation_factors"] == pytest.approx([1 / 40] * 3)
+    # A layer dead for every image (here enc_1, hence dec_0's input) cannot reach the scale;
+    # the rescaling still goes through, as it runs after a possibly long training.
     dead = ConvAutoEncoder(ARCH).build_for_input()
     dead.encoder_layers[1].bias.assign(dead.encoder_layers[1].bias - 1e6)
-    with pytest.raises(MescError, match=r"layer\(s\) enc_1, dec_0 output 0"):
-        rescale_activations(dead, x, 1.0)
+    before = dead(tf.constant(x)).numpy()
+    factors = rescale_activations(dead, x, 1.0)
+    assert factors[1] == factors[0] and factors[2] == factors[0]  # dec_0 outputs relu(0) = 0
+    np.testing.assert_allclose(dead(tf.constant(x)).numpy(), before, rtol=1e-5, atol=1e-6)
+    with pytest.raises(MescError, match="activation scale must be > 0"):
+        rescale_activations(dead, x, 0.0)
 
 
 # The auto-encoders issue 3 asks pretrained/ to ship (COIL40/COIL100 wait for COIL100.mat).
