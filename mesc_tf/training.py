@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mesc_tf.errors import MescError
 from mesc_tf.files import atomic_write_text
 
 
@@ -147,8 +148,6 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 old.unlink(missing_ok=True)
 
     def _load_model(self):
-        from mesc_tf.errors import MescError
-
         if not self._state_path.exists():
             return
         try:
@@ -262,8 +261,6 @@ def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
     A layer that outputs 0 for every image cannot reach ``target``; it takes the factor of the
     layer before it (any factor keeps it 0), so a finished pretraining is never refused here.
     """
-    from mesc_tf.errors import MescError
-
     if not target > 0:
         raise MescError(f"the activation scale must be > 0, got {target}")
     layers = autoencoder.named_layers
