@@ -15,7 +15,10 @@ Efficiencies (mesc_tf/sweep.py): fine-tuning from a pretrained auto-encoder is d
 post-clustering settings (thr, subspace_dim, power, variant) and the seeds are all clustered from
 that C; and the step counts are swept in one run: epochs=50,100,200 is one 200-step run with a
 Keras callback copying C after steps 50 and 100. Training groups run in --jobs joblib (loky)
-worker processes, each importing TF once and limited to --threads-per-job threads.
+worker processes, each importing TF once and limited to --threads-per-job threads. With
+--coef-cache DIR the trained C's are kept on disk, so that a later sweep of the post-clustering
+settings or seeds on the same training (same auto-encoder, training fields, step count and
+TensorFlow version) reads C instead of fine-tuning again.
 
 At the end the best settings by median ACC over the seeds are printed, with mean ± std.
 """
@@ -56,6 +59,10 @@ def parse_args(argv=None):
                      "prefix, or 'original' for the authors' checkpoint of the dataset")
     src.add_argument("--no-pretrain", action="store_true",
                      help="he_normal auto-encoder (then each seed is trained separately)")
+    p.add_argument("--coef-cache", metavar="DIR",
+                   help="keep each trained C in DIR (n×n float32 .npy, 23 MB for EYaleB, 400 MB "
+                   "for MNIST) and reuse it: a later sweep of thr, subspace_dim, power, variant "
+                   "or seeds on the same training skips the fine-tuning")
     p.add_argument("--top", type=int, default=10, help="rows of the final summary (default 10)")
     p.add_argument("--retry-errors", action="store_true",
                    help="rerun trials whose line records a clustering error")
@@ -127,12 +134,14 @@ def main(argv=None):
         for i, res in enumerate(sweep.run_groups(
                 groups, jobs=args.jobs, threads=args.threads_per_job, dataset=args.dataset,
                 data_dir=find_data_dir(args.data_dir), ae=ae, method=args.method,
-                out=args.out), 1):
+                out=args.out, coef_cache=args.coef_cache), 1):
             recs = res["records"]
             accs = [r["metrics"]["acc"] for r in recs if r["metrics"]]
             best = f"best ACC {100 * max(accs):.2f}" if accs else "no ACC"
             failed = sum(1 for r in recs if r["error"])
-            print(f"[{i}/{len(groups)}] {res['steps_run']} steps in {res['train_s']:.1f} s, "
+            trained = (f"{res['steps_run']} steps in {res['train_s']:.1f} s" if res["steps_run"]
+                       else "C from the cache")
+            print(f"[{i}/{len(groups)}] {trained}, "
                   f"{len(recs)} trials ({failed} failed), {best}; "
                   f"{time.perf_counter() - start:.0f} s elapsed", flush=True)
     records, _ = sweep.read_records(args.out)

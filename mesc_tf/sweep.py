@@ -19,6 +19,10 @@ clustered in the same process. Groups run in parallel worker processes (joblib, 
 each worker imports TensorFlow once and runs many groups; with more than one job every worker is
 limited to ``threads`` TF and BLAS threads so that the jobs do not fight for the cores).
 
+With a C cache (``coef_cache``, a folder) each trained C is also kept on disk under a key of
+everything it depends on (:func:`coef_cache_key`), and a later group whose C's are all there
+skips the fine-tuning: post-clustering sweeps on a long training then cost only the clustering.
+
 Every finished trial is appended to a JSON-lines file as one line (``append_jsonl``: file lock,
 one write, flush and fsync), so a kill loses only the trials still running. A trial's key is its
 dataset, the content hash of its auto-encoder, its full Settings and its seed; a rerun skips
@@ -379,6 +383,56 @@ def coef_snapshots(steps):
     return CoefSnapshots()
 
 
+# ---------------------------------------------------------------------------------------------
+# The C cache: trained C's kept on disk, so a later sweep of post-clustering settings (or seeds)
+# on the same training skips the fine-tuning. Deterministic training makes this exact: the key
+# holds everything that C depends on.
+
+
+def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
+                   init_seed: int = 0) -> str:
+    """The cache key (JSON) of C after ``steps`` steps of ``train``'s fine-tuning."""
+    import tensorflow as tf
+
+    fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
+    return json.dumps({"dataset": dataset, "autoencoder": ae_ident, "train": fields,
+                       "steps": int(steps), "init_seed": int(init_seed),
+                       "tensorflow": tf.__version__}, sort_keys=True)
+
+
+def _cache_paths(cache_dir, key):
+    name = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return Path(cache_dir) / f"{name}.npy", Path(cache_dir) / f"{name}.json"
+
+
+def cache_load(cache_dir, key, n):
+    """(C, seconds it took to train) from the cache, or None if absent, unreadable or not n×n."""
+    npy, meta = _cache_paths(cache_dir, key)
+    try:
+        info = json.loads(meta.read_text(encoding="utf-8"))
+        if info.get("key") != key:
+            return None
+        coef = np.load(npy, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    if coef.shape != (n, n) or coef.dtype != np.float32:
+        return None
+    return coef, float(info.get("train_s", 0.0))
+
+
+def cache_store(cache_dir, key, coef, train_s):
+    """Write C and its key atomically (temporary file, then rename): never a half-written C."""
+    npy, meta = _cache_paths(cache_dir, key)
+    npy.parent.mkdir(parents=True, exist_ok=True)
+    for path, write in ((npy, lambda f: np.save(f, coef, allow_pickle=False)),
+                        (meta, lambda f: f.write(json.dumps(
+                            {"key": key, "train_s": train_s}, sort_keys=True).encode()))):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+
+
 # Clustering failures that are a result of the settings (ARPACK not converging, a C without
 # structure, an SVD rank above n, ...): recorded in the trial's line instead of stopping the sweep.
 _CLUSTER_ERRORS = (MescError, ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError)
@@ -390,12 +444,14 @@ def _one_line(e):
 
 
 def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=None, out=None,
-              threads=None, verbose=0):
+              threads=None, verbose=0, coef_cache=None):
     """Fine-tune once and cluster every trial of ``group``; the worker side of a sweep.
 
     Each trial's record is appended to ``out`` (JSON lines) as soon as it is scored, when
-    ``out`` is given. Returns {"records": [...], "seconds": wall time of the whole group,
-    "train_s": ..., "load_s": ...}.
+    ``out`` is given. With ``coef_cache`` (a folder) the trained C's are read from it when all
+    of the group's step counts are there (no training then) and written to it otherwise.
+    Returns {"records": [...], "seconds": wall time of the whole group, "train_s": ...,
+    "load_s": ...}.
     """
     _limit_threads(threads)
     from mesc_tf import pipeline
@@ -408,22 +464,36 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     ds = _dataset(dataset, data_dir)
     n = len(ds.x)
     steps = group.steps
-    need = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(len(steps) - 1, 0)
-    if need > pipeline.available_memory():
-        raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
-                        f"{need / 2**30:.1f} GiB; sweep fewer epochs values at once or use "
-                        "--jobs 1")
-    configure_runtime(group.init_seed)
-    autoencoder = ae.load(cfg.arch, dataset)
-    load_s = time.perf_counter() - start
-    snaps = coef_snapshots(steps)
-    model, _history, train_s = pipeline.fine_tune(ds.x, group.train, autoencoder,
-                                                  verbose=verbose, callbacks=[snaps])
-    steps_run = int(model.optimizer.iterations.numpy())
-    # Free the model before clustering (a long-lived worker trains many). Not
-    # keras.backend.clear_session(): in-process (jobs=1) it would also drop the caller's seed.
-    del model, autoencoder
-    gc.collect()
+    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed)
+            for s in steps} if coef_cache else {}
+    cached = {s: cache_load(coef_cache, k, n) for s, k in keys.items()}
+    if keys and all(cached.values()):
+        snaps = coef_snapshots(steps)  # filled from the cache: no training
+        for s, (coef, seconds) in cached.items():
+            snaps.coefs[s], snaps.seconds[s] = coef, seconds
+        load_s, train_s, steps_run, cache_use = time.perf_counter() - start, 0.0, 0, "read"
+    else:
+        need = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(len(steps) - 1, 0)
+        if need > pipeline.available_memory():
+            raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
+                            f"{need / 2**30:.1f} GiB; sweep fewer epochs values at once or "
+                            "use --jobs 1")
+        configure_runtime(group.init_seed)
+        autoencoder = ae.load(cfg.arch, dataset)
+        load_s = time.perf_counter() - start
+        snaps = coef_snapshots(steps)
+        model, _history, train_s = pipeline.fine_tune(ds.x, group.train, autoencoder,
+                                                      verbose=verbose, callbacks=[snaps])
+        steps_run = int(model.optimizer.iterations.numpy())
+        # Free the model before clustering (a long-lived worker trains many). Not
+        # keras.backend.clear_session(): in-process (jobs=1) it would also drop the caller's seed.
+        del model, autoencoder
+        gc.collect()
+        cache_use = None
+        if keys:
+            for s, k in keys.items():
+                cache_store(coef_cache, k, snaps.coefs[s], snaps.seconds[s])
+            cache_use = "written"
 
     records = []
     for trial in sorted(group.trials, key=lambda t: (t.settings.epochs, t.seed)):
@@ -433,7 +503,8 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
             "settings": normalized(s), "autoencoder": ae.describe(),
             "autoencoder_id": ae.ident, "n_samples": n, "metrics": None, "error": None,
             "shared_training": {"steps_run": steps_run, "snapshots": steps,
-                                "trials": len(group.trials)},
+                                "trials": len(group.trials),
+                                **({"coef_cache": cache_use} if cache_use else {})},
         }
         t0 = time.perf_counter()
         try:

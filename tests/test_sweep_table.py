@@ -170,6 +170,48 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     assert len(sweep.read_records(out)[0]) == 12
 
 
+def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_weights,
+                                                             tmp_path, capsys, monkeypatch):
+    """A sweep with --coef-cache stores C; a second sweep of other post-clustering settings
+    reads it without training and scores exactly as training again would; a damaged cache
+    entry is trained again, not trusted."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    mod = _script("sweep")
+    cache = tmp_path / "cache"
+    base = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--seeds", "0"]
+    mod.main([*base, "--out", str(tmp_path / "a.jsonl"), "--coef-cache", str(cache),
+              "--grid", "epochs=2,3 thr=0.1"])
+    assert len(list(cache.glob("*.npy"))) == 2 and len(list(cache.glob("*.json"))) == 2
+    assert not list(cache.glob(".*"))  # no temporary files left
+    written = sweep.read_records(tmp_path / "a.jsonl")[0]
+    assert {r["shared_training"]["coef_cache"] for r in written} == {"written"}
+    capsys.readouterr()
+
+    grid = ["--grid", "epochs=2,3 thr=0.1,0.3"]
+    mod.main([*base, "--out", str(tmp_path / "b.jsonl"), "--coef-cache", str(cache), *grid])
+    assert "C from the cache" in capsys.readouterr().out
+    read = sweep.read_records(tmp_path / "b.jsonl")[0]
+    assert {r["shared_training"]["coef_cache"] for r in read} == {"read"}
+    assert {r["shared_training"]["steps_run"] for r in read} == {0}
+    mod.main([*base, "--out", str(tmp_path / "c.jsonl"), *grid])  # no cache: trains
+    fresh = sweep.read_records(tmp_path / "c.jsonl")[0]
+
+    def scores(recs):
+        return {sweep.record_key(r): r["metrics"] for r in recs}
+
+    assert scores(read) == scores(fresh) and len(fresh) == 4
+
+    # One entry damaged (truncated .npy): that group is trained again and the entry rewritten.
+    victim = sorted(cache.glob("*.npy"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    mod.main([*base, "--out", str(tmp_path / "d.jsonl"), "--coef-cache", str(cache), *grid])
+    assert "steps in" in capsys.readouterr().out
+    again = sweep.read_records(tmp_path / "d.jsonl")[0]
+    assert {r["shared_training"]["coef_cache"] for r in again} == {"written"}
+    assert scores(again) == scores(fresh)
+    assert np.load(victim).shape == (216, 216)
+
+
 def test_table_smoke_on_orl(shared_data, tf1_ckpts, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
     mod = _script("table")
