@@ -556,24 +556,34 @@ def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30
     return labels, 0.0
 
 
-def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray):
+def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None = None):
     """The K smallest eigenpairs of the normalised Laplacian I − M, from ARPACK's Lanczos on
     the largest algebraic eigenvalues of M (tol 0, as sklearn's call). Each step is one
     symmetric product that reads half of M, and nothing is factorised. Returns (λ ascending,
-    eigenvectors), or None if ARPACK has not converged within ``LANCZOS_MAX_PRODUCTS``.
+    eigenvectors), or None if ARPACK has not converged within ``LANCZOS_MAX_PRODUCTS``;
+    ``info["lanczos_products"]`` counts the products either way.
     """
     n = M.shape[0]
     upper = M.T  # the symmetric C-ordered buffer's Fortran view: dsymv reads it without a copy
-    op = LinearOperator((n, n), dtype=np.float64,
-                        matvec=lambda x: scipy.linalg.blas.dsymv(1.0, upper, np.ravel(x)))
+    products = [0]
+
+    def matvec(x):
+        products[0] += 1
+        return scipy.linalg.blas.dsymv(1.0, upper, np.ravel(x))
+
+    op = LinearOperator((n, n), dtype=np.float64, matvec=matvec)
     # A basis of 3K (at least 30) vectors: fewer products than ARPACK's default 2K + 1 on MNIST
-    # (371 vs 417). The first iteration takes ncv products, each restart ncv − K.
+    # (371 vs 417). ARPACK builds the basis (ncv products), then restarts up to maxiter times
+    # (at most ncv − K products each; at least once).
     ncv = min(n - 1, max(3 * K, 30))
-    maxiter = max(1, (LANCZOS_MAX_PRODUCTS - ncv) // (ncv - K) + 1)
+    maxiter = max(1, (LANCZOS_MAX_PRODUCTS - ncv) // (ncv - K))
     try:
         mu, vectors = eigsh(op, k=K, which="LA", tol=0, v0=v0, ncv=ncv, maxiter=maxiter)
     except ArpackError:  # ArpackNoConvergence included
         return None
+    finally:
+        if info is not None:
+            info["lanczos_products"] = products[0]
     order = np.argsort(1.0 - mu, kind="stable")
     return 1.0 - mu[order], vectors[:, order]
 
@@ -604,7 +614,7 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     dd = _normalised_adjacency_inplace(L)
     v0 = _init_arpack_v0(n, random_state)
     large = n > SI_LU_MAX_N and not exact
-    found = _lanczos_smallest(L, K, v0) if large else None
+    found = _lanczos_smallest(L, K, v0, info) if large else None
     if found is not None:
         lam, vectors = found
         info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"

@@ -28,3 +28,37 @@ def test_bench_writes_its_figures(tmp_path):
     assert {"fast", "reference"} <= set(res["post"])
     assert isinstance(res["labels_fast_equal_reference"], bool)
     assert "orl" in proc.stdout and "AE ms" in proc.stdout  # the printed table
+
+
+def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monkeypatch):
+    """benchmarks/spectral_routes.py on a small block C with the large-n routes forced: both
+    routes give the same labels, the figures are written, and the module is left as it was."""
+    import importlib.util
+
+    import numpy as np
+
+    from mesc_tf import postcluster as pc
+
+    spec = importlib.util.spec_from_file_location("spectral_routes",
+                                                  REPO / "benchmarks" / "spectral_routes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # Five blocks with heavy-tailed weights in noise (test_postcluster_fast's trained_like):
+    # well-posed at powers 1 and 8, so the two routes must agree.
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(5), (30, 40, 25, 35, 30))
+    C = 0.2 * np.abs(rng.standard_normal((160, 160)))
+    same = y[:, None] == y[None, :]
+    C[same] += rng.uniform(0.5, 1.0, same.sum()) * rng.random(same.sum()) ** 3
+    np.save(tmp_path / "c.npy", C.astype(np.float32))
+    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
+    real, cap = pc._lanczos_smallest, pc.LANCZOS_MAX_PRODUCTS
+    out = tmp_path / "routes.json"
+    assert mod.main(["--coef", str(tmp_path / "c.npy"), "--clusters", "5", "--thr", "0.2",
+                     "--settings", "4:1,4:8", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["d"], r["power"]) for r in rows] == [(4, 1.0), (4, 8.0)]
+    assert all(r["same_labels"] and not r["ill_posed"] and r["lanczos_products"] > 0
+               and r["cholesky_s"] > 0 for r in rows)
+    assert pc._lanczos_smallest is real and pc.LANCZOS_MAX_PRODUCTS == cap

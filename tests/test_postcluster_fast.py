@@ -262,9 +262,12 @@ def test_lanczos_gives_up_beyond_its_product_budget(monkeypatch):
     np.fill_diagonal(M, 0)
     v0 = rng.uniform(-1, 1, 300)
     monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 1)
-    assert pc._lanczos_smallest(M.copy(), 5, v0) is None
+    info = {}
+    assert pc._lanczos_smallest(M.copy(), 5, v0, info) is None
+    assert info["lanczos_products"] == 30 + 25  # the basis of 30, then one restart (K = 5)
     monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 10000)
-    lam, vectors = pc._lanczos_smallest(M.copy(), 5, v0)
+    lam, vectors = pc._lanczos_smallest(M.copy(), 5, v0, info)
+    assert 30 <= info["lanczos_products"] <= 10000
     expected = np.linalg.eigvalsh(np.eye(300) - M)[:5]
     np.testing.assert_allclose(lam, expected, atol=1e-10)
     laplacian = np.eye(300) - M

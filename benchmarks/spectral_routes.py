@@ -1,0 +1,98 @@
+"""Time the fast post-clustering's two spectral routes for n > 4096 on a saved C (issue 6).
+
+    python benchmarks/spectral_routes.py --coef /tmp/coef13/mnist.npy --clusters 10 --thr 0.03 --settings 24:8,32:16
+
+Above ``postcluster.SI_LU_MAX_N`` the fast route runs Lanczos on D^-½·A·D^-½ (one memory-bound
+product per step, nothing factorised) and, if that has not converged within
+``LANCZOS_MAX_PRODUCTS``, a Cholesky shift-invert. For each d:power this builds the affinity
+once, then times the spectral step by Lanczos with no product cap and by the Cholesky route
+(Lanczos skipped), and checks that the two give the same labels. The Cholesky route's seconds
+divided by the seconds per Lanczos product is the break-even: Lanczos pays where it needs
+fewer products than that, and the cap should sit near it (a spectrum that needs more then
+costs at most the cap's products plus the Cholesky route).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mesc_tf import postcluster as pc  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--coef", required=True, help="n×n C saved as .npy (run.py --save-coef)")
+    p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
+    p.add_argument("--thr", type=float, required=True, help="thrC ratio ρ")
+    p.add_argument("--settings", default="24:8,32:16", help="d:power pairs (default 24:8,32:16)")
+    p.add_argument("--variant", default="mesc", choices=("mesc", "dsc", "dsc_diag"))
+    p.add_argument("--seed", type=int, default=0, help="seed of the spectral step")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+    try:
+        args.settings = [(int(d), float(pw)) for d, pw in
+                         (s.split(":") for s in args.settings.split(","))]
+    except ValueError:
+        p.error("--settings: write d:power pairs, e.g. 24:8,32:16")
+    if not Path(args.coef).is_file():
+        p.error(f"--coef: {args.coef} not found; save one with experiments/run.py --save-coef")
+    return args
+
+
+def time_route(A, K, seed, lanczos):
+    """(seconds, labels, info) of the spectral step on a copy of the affinity A."""
+    real = pc._lanczos_smallest
+    saved_cap = pc.LANCZOS_MAX_PRODUCTS
+    pc.LANCZOS_MAX_PRODUCTS = 10**6 if lanczos else saved_cap
+    if not lanczos:
+        pc._lanczos_smallest = lambda *args: None  # as if Lanczos had run out of products
+    L, info = A.copy(), {}
+    try:
+        t = time.perf_counter()
+        labels = pc._spectral_inplace(L, K, seed, info)
+        return time.perf_counter() - t, labels, info
+    finally:
+        pc._lanczos_smallest, pc.LANCZOS_MAX_PRODUCTS = real, saved_cap
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    C = np.load(args.coef)
+    Cs = pc._pretreat_sparse(pc._thrC_sparse(C, args.thr), args.variant)
+    del C
+    rows = []
+    for d, power in args.settings:
+        U = pc._svd_embedding_fast(Cs, args.clusters, d, {})
+        if U is None:
+            sys.exit(f"error: d {d}: the rank-{args.clusters * d + 1} subspace is ill-determined")
+        A = pc._affinity_inplace(U, power)
+        t_lz, y_lz, info_lz = time_route(A, args.clusters, args.seed, lanczos=True)
+        t_ch, y_ch, info_ch = time_route(A, args.clusters, args.seed, lanczos=False)
+        del A
+        products = info_lz["lanczos_products"]
+        row = {"d": d, "power": power, "lanczos_s": t_lz, "lanczos_products": products,
+               "cholesky_s": t_ch, "break_even_products": t_ch / (t_lz / products),
+               "same_labels": bool(np.array_equal(y_lz, y_ch)),
+               "ill_posed": bool(info_lz["ill_posed"] or info_ch["ill_posed"])}
+        rows.append(row)
+        print(f"d {d}, power {power:g}: Lanczos {t_lz:.2f} s ({products} products), Cholesky "
+              f"{t_ch:.2f} s (worth {row['break_even_products']:.0f} products), same labels: "
+              f"{row['same_labels']}", flush=True)
+    print(f"LANCZOS_MAX_PRODUCTS = {pc.LANCZOS_MAX_PRODUCTS}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"coef": str(args.coef), "rows": rows,
+                                               "lanczos_max_products": pc.LANCZOS_MAX_PRODUCTS},
+                                              indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
