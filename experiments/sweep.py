@@ -85,6 +85,14 @@ def parse_args(argv=None):
         args.seeds = sweep.parse_int_list(args.seeds, "seeds")
     except MescError as e:
         p.error(str(e))
+    if args.coef_cache:
+        try:
+            Path(args.coef_cache).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            p.error(f"--coef-cache: cannot create {args.coef_cache} ({e.strerror}); give a "
+                    "writable folder")
+        if not os.access(args.coef_cache, os.W_OK):
+            p.error(f"--coef-cache: {args.coef_cache} is not writable; give a writable folder")
     if args.threads_per_job is None and args.jobs > 1:
         args.threads_per_job = 1
     args.out = Path(args.out) if args.out else DEFAULT_OUT / f"{args.dataset}.jsonl"

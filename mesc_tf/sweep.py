@@ -491,9 +491,12 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
         gc.collect()
         cache_use = None
         if keys:
-            for s, k in keys.items():
-                cache_store(coef_cache, k, snaps.coefs[s], snaps.seconds[s])
             cache_use = "written"
+            try:
+                for s, k in keys.items():
+                    cache_store(coef_cache, k, snaps.coefs[s], snaps.seconds[s])
+            except OSError:  # a full disk must not cost the trials their trained C
+                cache_use = "not written"
 
     records = []
     for trial in sorted(group.trials, key=lambda t: (t.settings.epochs, t.seed)):

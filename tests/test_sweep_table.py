@@ -62,6 +62,16 @@ def test_cli_bad_grid_is_one_line_exit_2():
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: grid: unknown field 'bogus'")
 
 
+def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    p = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--dataset", "orl",
+                        "--coef-cache", str(blocker / "cache"), "--dry-run"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: --coef-cache: cannot create")
+
+
 def test_plan_shares_training_across_post_settings_seeds_and_steps():
     base = method_settings("toy", "our")
     settings = sweep.expand_grid(base, sweep.parse_grid("reg1=1,2 epochs=5,10 thr=0.1,0.2"))
