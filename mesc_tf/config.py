@@ -233,9 +233,12 @@ DATASETS: dict[str, DatasetConfig] = {
         # The COIL40 template (lr 1e-4, 127 steps, reg2 0.1) gave 67.85 % median; lr 3e-4 and
         # 5e-4 (up to 3500 steps) a lower ACC and a higher NMI (at best 94.90 / 96.23).
         # Then C symmetrised as DSC-Net's EYaleB script does (variant "dsc"): of 600-2000 steps
-        # the best median over seeds 0-2 (1700: 96.92 / 96.05; 2000 falls to 94.86).
-        mesc=_MESC_RELEASED.replace(reg2=10 ** (38 / 10 - 3), lr=1e-3, epochs=1700,
-                                    thr=0.1, subspace_dim=12, power=3.5, variant="dsc"),
+        # the best median over seeds 0-2 (1700: 96.92 / 96.05; 2000 falls to 94.86). Session
+        # 14 swept the post-clustering at 1600-1800 steps (d 12-20, power 2-4.5, ρ 0.09-0.11):
+        # best median ACC over seeds 0-4, ties broken by NMI: 1800 steps, d 15, power 2.5
+        # (97.33 / 96.65; d 16, power 2 and 1700 steps give 97.33 too, ρ 0.09 or 0.11 less).
+        mesc=_MESC_RELEASED.replace(reg2=10 ** (38 / 10 - 3), lr=1e-3, epochs=1800,
+                                    thr=0.1, subspace_dim=15, power=2.5, variant="dsc"),
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
         dsc=_DSC.replace(reg2=10 ** (38 / 10 - 3), epochs=1000, coef_init=1e-4, recon_scale=0.5,
                          thr=0.1, subspace_dim=10, power=3.5, variant="dsc"),
