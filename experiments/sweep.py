@@ -147,8 +147,8 @@ def main(argv=None):
             accs = [r["metrics"]["acc"] for r in recs if r["metrics"]]
             best = f"best ACC {100 * max(accs):.2f}" if accs else "no ACC"
             failed = sum(1 for r in recs if r["error"])
-            trained = (f"{res['steps_run']} steps in {res['train_s']:.1f} s" if res["steps_run"]
-                       else "C from the cache")
+            trained = ("C from the cache" if res["coef_cache"] == "read"
+                       else f"{res['steps_run']} steps in {res['train_s']:.1f} s")
             print(f"[{i}/{len(groups)}] {trained}, "
                   f"{len(recs)} trials ({failed} failed), {best}; "
                   f"{time.perf_counter() - start:.0f} s elapsed", flush=True)

@@ -524,7 +524,7 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
             append_jsonl(out, rec)
         records.append(rec)
     return {"records": records, "seconds": time.perf_counter() - start, "train_s": train_s,
-            "load_s": load_s, "steps_run": steps_run, "tag": group.tag}
+            "load_s": load_s, "steps_run": steps_run, "tag": group.tag, "coef_cache": cache_use}
 
 
 def run_groups(groups, *, jobs=1, threads=None, **kwargs):
