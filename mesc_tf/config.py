@@ -236,7 +236,8 @@ DATASETS: dict[str, DatasetConfig] = {
         # the best median over seeds 0-2 (1700: 96.92 / 96.05; 2000 falls to 94.86). Session
         # 14 swept the post-clustering at 1600-1800 steps (d 12-20, power 2-4.5, ρ 0.09-0.11):
         # best median ACC over seeds 0-4, ties broken by NMI: 1800 steps, d 15, power 2.5
-        # (97.33 / 96.65; d 16, power 2 and 1700 steps give 97.33 too, ρ 0.09 or 0.11 less).
+        # (97.33 / 96.65; seven more settings at d 15-17, power 2-3, 1700-1800 steps reach
+        # 97.33 with a lower NMI; ρ 0.09 or 0.11 score less).
         mesc=_MESC_RELEASED.replace(reg2=10 ** (38 / 10 - 3), lr=1e-3, epochs=1800,
                                     thr=0.1, subspace_dim=15, power=2.5, variant="dsc"),
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).

@@ -86,7 +86,8 @@ EIGH_THREADS: int | None = 1
 # factorisation), falling back to a Cholesky shift-invert (half the flops of sklearn's LU).
 SI_LU_MAX_N = 4096
 # Products M·x Lanczos may spend before that fallback. On the trained MNIST C (n = 10000) it
-# needed 371, at ~12 ms each here; the factor and its solves took 8.3 s, worth ~700 products.
+# needed 371-517 at power 8, 1604 at power 16; the Cholesky route takes 6-8 s, worth 640-770
+# products (benchmarks/spectral_routes.py; README "Performance"), so the cap sits just under it.
 LANCZOS_MAX_PRODUCTS = 600
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
