@@ -237,7 +237,7 @@ DATASETS: dict[str, DatasetConfig] = {
         # 14 swept the post-clustering at 1600-1800 steps (d 12-20, power 2-4.5, ρ 0.09-0.11):
         # best median ACC over seeds 0-4, ties broken by NMI: 1800 steps, d 15, power 2.5
         # (97.33 / 96.65; seven more settings at d 15-17, power 2-3, 1700-1800 steps reach
-        # 97.33 with a lower NMI; ρ 0.09 or 0.11 score less).
+        # 97.33 with a lower NMI; ρ 0.09 or 0.11 score less; 1900-2000 steps at most 97.37).
         mesc=_MESC_RELEASED.replace(reg2=10 ** (38 / 10 - 3), lr=1e-3, epochs=1800,
                                     thr=0.1, subspace_dim=15, power=2.5, variant="dsc"),
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
