@@ -14,7 +14,6 @@ costs at most the cap's products plus the Cholesky route).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -24,11 +23,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mesc_tf import cli  # noqa: E402
 from mesc_tf import postcluster as pc  # noqa: E402
+from mesc_tf.errors import MescError  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--coef", required=True, help="n×n C saved as .npy (run.py --save-coef)")
     p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
     p.add_argument("--thr", type=float, required=True, help="thrC ratio ρ")
@@ -42,6 +43,8 @@ def parse_args(argv=None):
                          (s.split(":") for s in args.settings.split(","))]
     except ValueError:
         p.error("--settings: write d:power pairs, e.g. 24:8,32:16")
+    if not all(d >= 1 and pw > 0 for d, pw in args.settings):
+        p.error("--settings: d must be >= 1 and the power > 0, e.g. 24:8,32:16")
     if not Path(args.coef).is_file():
         p.error(f"--coef: {args.coef} not found; save one with experiments/run.py --save-coef")
     return args
@@ -65,14 +68,22 @@ def time_route(A, K, seed, lanczos):
 
 def main(argv=None):
     args = parse_args(argv)
-    C = np.load(args.coef)
+    try:
+        C = np.load(args.coef, allow_pickle=False)
+    except ValueError:
+        raise MescError(f"--coef: {args.coef} is not a .npy array; save C with experiments/run.py "
+                        "--save-coef") from None
+    C = pc._check_square(C, f"--coef {args.coef}")
+    pc._check_clusters(args.clusters, C.shape[0], "--clusters")
+    pc._check_ratio(args.thr)
     Cs = pc._pretreat_sparse(pc._thrC_sparse(C, args.thr), args.variant)
     del C
     rows = []
     for d, power in args.settings:
         U = pc._svd_embedding_fast(Cs, args.clusters, d, {})
         if U is None:
-            sys.exit(f"error: d {d}: the rank-{args.clusters * d + 1} subspace is ill-determined")
+            raise MescError(f"d {d}: the rank-{args.clusters * d + 1} subspace is "
+                            "ill-determined; try another d")
         A = pc._affinity_inplace(U, power)
         t_lz, y_lz, info_lz = time_route(A, args.clusters, args.seed, lanczos=True)
         t_ch, y_ch, info_ch = time_route(A, args.clusters, args.seed, lanczos=False)
@@ -95,4 +106,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.main_guard(main))

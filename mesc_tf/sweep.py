@@ -421,16 +421,13 @@ def cache_load(cache_dir, key, n):
 
 
 def cache_store(cache_dir, key, coef, train_s):
-    """Write C and its key atomically (temporary file, then rename): never a half-written C."""
+    """Write C, then its key, each atomically: a reader never sees a half-written entry."""
+    from mesc_tf.cli import save_npy
+    from mesc_tf.files import atomic_write_text
+
     npy, meta = _cache_paths(cache_dir, key)
-    npy.parent.mkdir(parents=True, exist_ok=True)
-    for path, write in ((npy, lambda f: np.save(f, coef, allow_pickle=False)),
-                        (meta, lambda f: f.write(json.dumps(
-                            {"key": key, "train_s": train_s}, sort_keys=True).encode()))):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
+    save_npy(npy, coef)
+    atomic_write_text(meta, json.dumps({"key": key, "train_s": train_s}, sort_keys=True))
 
 
 # Clustering failures that are a result of the settings (ARPACK not converging, a C without

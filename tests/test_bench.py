@@ -62,3 +62,18 @@ def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monk
     assert all(r["same_labels"] and not r["ill_posed"] and r["lanczos_products"] > 0
                and r["cholesky_s"] > 0 for r in rows)
     assert pc._lanczos_smallest is real and pc.LANCZOS_MAX_PRODUCTS == cap
+
+
+def test_spectral_routes_bad_coef_is_one_line(tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "rect.npy", np.ones((3, 4), np.float32))
+    (tmp_path / "junk.npy").write_text("junk")
+    for name in ("rect.npy", "junk.npy", "missing.npy"):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
+             str(tmp_path / name), "--clusters", "2", "--thr", "0.1"],
+            capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --coef"), \
+            proc.stderr
