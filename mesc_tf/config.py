@@ -200,7 +200,7 @@ DATASETS: dict[str, DatasetConfig] = {
         # steps, ρ 0.05-0.07, d 14-18, power 10-14, 11 of 81 settings beat the paper in median
         # ACC and NMI over seeds 0-4; the 60-step row has the most (5), its best is d 14, power
         # 12 (98.54 / 98.34; power 10 and 14 and d 16 stay above 97.9, ρ 0.05 falls to 77.4).
-        # Released: thr 0.04, reg2 0.1, lr 1e-4, 127 steps.
+        # Released (COIL40): thr 0.03, reg2 0.1, lr 1e-4, 127 steps.
         mesc=_MESC_RELEASED.replace(reg2=1.0, lr=1e-3, epochs=60, thr=0.06, subspace_dim=14,
                                     power=12.0),
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
@@ -244,7 +244,8 @@ DATASETS: dict[str, DatasetConfig] = {
         # 97.33 with a lower NMI; ρ 0.09 or 0.11 score less; 1900-2000 steps at most 97.37).
         # Session 15 varied the fine-tuning with that post-clustering: reg2 4 instead of
         # DSC-Net's 6.31 gives 97.41-97.49 at 1500, 1800 and 2100 steps (d 15, power 2.5); the
-        # best, 1500 steps, 97.49 / 96.79. reg2 10 gave at most 97.12, ρ 0.06-0.15 at most 94.6.
+        # best, 1500 steps, 97.49 / 96.79. reg2 10 gave at most 97.12, reg1 10 97.37, and ρ
+        # 0.06-0.08 or 0.12-0.15 (at 1800 steps, reg2 6.31) at most 94.6.
         mesc=_MESC_RELEASED.replace(reg2=4.0, lr=1e-3, epochs=1500,
                                     thr=0.1, subspace_dim=15, power=2.5, variant="dsc"),
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
