@@ -2,14 +2,14 @@
 
     python benchmarks/spectral_routes.py --coef /tmp/coef13/mnist.npy --clusters 10 --thr 0.03 --settings 24:8,32:16
 
-Above ``postcluster.SI_LU_MAX_N`` the fast route runs Lanczos on D^-½·A·D^-½ (one memory-bound
-product per step, nothing factorised) and, if that has not converged within
-``LANCZOS_MAX_PRODUCTS``, a Cholesky shift-invert. For each d:power this builds the affinity
-once, then times the spectral step by Lanczos with no product cap and by the Cholesky route
-(Lanczos skipped), and checks that the two give the same labels. The Cholesky route's seconds
-divided by the seconds per Lanczos product is the break-even: Lanczos pays where it needs
-fewer products than that, and the cap should sit near it (a spectrum that needs more then
-costs at most the cap's products plus the Cholesky route).
+Above ``postcluster.SI_LU_MAX_N`` the fast route's spectral step is a Cholesky shift-invert,
+after Lanczos on D^-½·A·D^-½ (one memory-bound product per step, nothing factorised) if
+``LANCZOS_MAX_PRODUCTS`` > 0 and it converges within that many products. For each d:power this
+builds the affinity once, then times the spectral step by Lanczos with no product cap and by
+the Cholesky route (Lanczos skipped), and checks that the two give the same labels. The
+Cholesky route's seconds divided by the seconds per Lanczos product is the break-even: Lanczos
+pays only where it needs fewer products than that, and a capped attempt that fails costs the
+cap on top of the Cholesky route.
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ Three methods (``cluster(..., method=...)``, default ``DEFAULT_METHOD`` = "fast"
     its seeded ARPACK start vector, the same shift-invert ARPACK call, the division by the
     degrees, ``_deterministic_vector_sign_flip`` and sklearn's ``discretize`` with the same
     random state. Up to ``SI_LU_MAX_N`` the shifted matrix is LU-factored in place as scipy
-    does, and the labels are sklearn's bit for bit given the same L; above, the same K
-    eigenpairs come from Lanczos on D^-½·A·D^-½ (products only; a Cholesky shift-invert if it
-    does not converge), equal to sklearn's to rounding.
+    does, and the labels are sklearn's bit for bit given the same L; above, a Cholesky factor
+    (half the LU's flops) serves the same shift-invert, and the K eigenpairs equal sklearn's to
+    rounding. (Lanczos on D^-½·A·D^-½, products only, can be tried first:
+    ``LANCZOS_MAX_PRODUCTS``.)
 * ``"strict"``: "fast", but where its labels are not certain to be the reference's (below),
   the affinity is recomputed by the reference route and the spectral step run with the LU:
   then the labels are exactly ``"reference"``'s (same BLAS thread settings).
@@ -82,13 +83,15 @@ METHODS = ("fast", "strict", "reference")
 DEFAULT_METHOD = "fast"  # what cluster() and the pipeline use; see the module docstring
 # OpenBLAS threads for LAPACK's symmetric eigensolver (None: the library's default).
 EIGH_THREADS: int | None = 1
-# Above this n the spectral step's eigenpairs come from Lanczos on D^-1/2·A·D^-1/2 (no
-# factorisation), falling back to a Cholesky shift-invert (half the flops of sklearn's LU).
+# Above this n the spectral step's shift-invert uses a Cholesky factor (half the flops of
+# sklearn's LU; the labels then equal sklearn's to rounding, not bit for bit).
 SI_LU_MAX_N = 4096
-# Products M·x Lanczos may spend before that fallback. On the trained MNIST C (n = 10000) it
-# needed 371-517 at power 8, 1604 at power 16; the Cholesky route takes 6-8 s, worth 640-770
-# products (benchmarks/spectral_routes.py; README "Performance"), so the cap sits just under it.
-LANCZOS_MAX_PRODUCTS = 600
+# Products M·x that Lanczos on D^-1/2·A·D^-1/2 may spend above SI_LU_MAX_N before the Cholesky
+# route; 0: the Cholesky route at once. On the trained MNIST C (n = 10000) Lanczos needed 371-517
+# products at power 8 and 1604 at power 16, the configured one; the Cholesky route is worth
+# 640-770 (benchmarks/spectral_routes.py; README "Performance"). A capped attempt that fails
+# costs the cap on top, so the bounded route goes first.
+LANCZOS_MAX_PRODUCTS = 0
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
@@ -599,11 +602,11 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     assign_labels='discretize', random_state=seed) on L, step by step; L is overwritten.
 
     Up to ``SI_LU_MAX_N`` (or with ``exact``) it factors the shifted Laplacian by LU as sklearn
-    (through scipy) does, and returns sklearn's labels bit for bit. Above, the same eigenpairs
-    come from ARPACK's Lanczos on M = I − Laplacian without a factorisation (the LU of a 10000²
-    matrix takes 9-14 s here); if that has not converged within ``LANCZOS_MAX_PRODUCTS``, a
-    Cholesky factor of the shifted matrix (half the LU's flops) does sklearn's shift-invert.
-    Either way the eigenvectors agree with sklearn's to rounding.
+    (through scipy) does, and returns sklearn's labels bit for bit. Above, a Cholesky factor of
+    the shifted matrix (half the LU's flops; the LU of a 10000² matrix takes 9-14 s here) does
+    sklearn's shift-invert, after ARPACK's Lanczos on M = I − Laplacian without a factorisation
+    if ``LANCZOS_MAX_PRODUCTS`` allows it and it converges within them. Either way the
+    eigenvectors agree with sklearn's to rounding.
     """
     from sklearn.cluster._spectral import discretize
     from sklearn.utils import check_random_state
@@ -615,7 +618,7 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     dd = _normalised_adjacency_inplace(L)
     v0 = _init_arpack_v0(n, random_state)
     large = n > SI_LU_MAX_N and not exact
-    found = _lanczos_smallest(L, K, v0, info) if large else None
+    found = _lanczos_smallest(L, K, v0, info) if large and LANCZOS_MAX_PRODUCTS > 0 else None
     if found is not None:
         lam, vectors = found
         info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"

@@ -145,13 +145,14 @@ def test_fast_route_equals_reference_when_well_posed(variant, power):
 @pytest.mark.parametrize("power", [1.0, 8.0])
 @pytest.mark.parametrize("solver", ["Lanczos", "Cholesky"])
 def test_large_n_routes_equal_reference(monkeypatch, power, solver):
-    """The routes taken above n = 4096 (ARPACK on the sparse CᵀC for the SVD; Lanczos on
-    D^-1/2·A·D^-1/2 for the spectral step, or the Cholesky shift-invert when Lanczos runs out
+    """The routes above n = 4096 (ARPACK on the sparse CᵀC for the SVD; for the spectral step
+    Lanczos on D^-1/2·A·D^-1/2 when allowed, or the Cholesky shift-invert when Lanczos runs out
     of products), forced on small problems."""
     monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
     monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
     if solver == "Cholesky":  # as if Lanczos had not converged
         monkeypatch.setattr(pc, "_lanczos_smallest", lambda *args: None)
+    monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 600)  # tried first (off by default)
     for seed in range(3):
         C, _ = trained_like(seed)
         info = {}
@@ -273,3 +274,15 @@ def test_lanczos_gives_up_beyond_its_product_budget(monkeypatch):
     laplacian = np.eye(300) - M
     np.testing.assert_allclose(laplacian @ vectors, vectors * lam, atol=1e-10)
     np.testing.assert_allclose(vectors.T @ vectors, np.eye(5), atol=1e-10)
+
+
+def test_cholesky_route_goes_first_by_default(monkeypatch):
+    """With the default LANCZOS_MAX_PRODUCTS (0) the large-n spectral step never runs Lanczos."""
+    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc, "_lanczos_smallest", lambda *args: pytest.fail("Lanczos ran"))
+    C, _ = trained_like(1)
+    info = {}
+    fast = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, info=info)
+    assert "Cholesky" in info["spectral"] and "lanczos_products" not in info
+    np.testing.assert_array_equal(
+        fast, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, method="reference"))
