@@ -37,11 +37,13 @@ import dataclasses
 import datetime
 import fcntl
 import gc
+import gzip
 import hashlib
 import itertools
 import json
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,14 +229,31 @@ def record_key(rec: dict) -> str:
     return trial_key(rec["dataset"], rec["autoencoder_id"], rec["settings"], rec["seed"])
 
 
-def read_records(path) -> tuple[list[dict], int]:
-    """The trial records of a JSON-lines file and the number of unreadable (torn) lines."""
+def archive_path(path) -> Path:
+    """The gzip archive read with a results file: ``orl.jsonl`` → ``orl.jsonl.gz``."""
     path = Path(path)
-    if not path.exists():
-        return [], 0
+    return path.with_name(path.name + ".gz")
+
+
+def read_records(path) -> tuple[list[dict], int]:
+    """The trial records of a JSON-lines file and the number of unreadable (torn) lines.
+
+    Records in its archive ``<path>.gz`` come first. Sweeps append to the plain file only;
+    ``gzip -c F >> F.gz && rm F`` moves finished records into the archive (concatenated gzip
+    members read as one stream), which keeps a large results file small in the repository.
+    """
+    path = Path(path)
     records, bad = [], 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    for source, opener in ((archive_path(path), gzip.open), (path, open)):
+        if not source.exists():
+            continue
+        try:
+            with opener(source, "rt", encoding="utf-8") as f:
+                lines = f.readlines()
+        except (OSError, EOFError, ValueError, zlib.error) as e:
+            raise MescError(f"cannot read the sweep results {source}: {e}; restore the file "
+                            "(e.g. git checkout) or pass another --out") from e
+        for line in lines:
             if not line.strip():
                 continue
             try:

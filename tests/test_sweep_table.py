@@ -101,6 +101,28 @@ def test_results_file_survives_a_torn_line(tmp_path):
     assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s) for s in (0, 1)}
 
 
+def test_gzip_archive_is_read_before_the_file(tmp_path):
+    """Records moved to <file>.gz (as gzip -c F >> F.gz does, one member per move) still count
+    as done; new ones go to the plain file; a damaged archive is one clear error."""
+    import gzip
+
+    out = tmp_path / "s.jsonl"
+    rec = {"dataset": "toy", "autoencoder_id": "none", "settings": Settings().to_dict(), "seed": 0}
+    for seed in (0, 1):
+        sweep.append_jsonl(out, {**rec, "seed": seed})
+        with open(sweep.archive_path(out), "ab") as f:
+            f.write(gzip.compress(out.read_bytes()))
+        out.unlink()
+    sweep.append_jsonl(out, {**rec, "seed": 2})
+    records, bad = sweep.read_records(out)
+    assert [r["seed"] for r in records] == [0, 1, 2] and bad == 0
+    assert sweep.archive_path(out).name == "s.jsonl.gz"
+    data = sweep.archive_path(out).read_bytes()
+    sweep.archive_path(out).write_bytes(data[:-12])  # truncated, as by a failed copy
+    with pytest.raises(MescError, match="cannot read the sweep results .*s.jsonl.gz"):
+        sweep.read_records(out)
+
+
 def test_summary_ranks_by_median_acc():
     def rec(reg1, seed, acc):
         return {"dataset": "toy", "autoencoder_id": "none", "seed": seed, "error": None,
