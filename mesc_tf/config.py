@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from mesc_tf.errors import MescError
 
 FRAMEWORKS = ("decoupled", "coupled")
@@ -37,6 +39,13 @@ class Architecture:
     channels: tuple[int, ...]
 
     def __post_init__(self):
+        shape = tuple(self.image_shape)
+        if len(shape) == 3 and shape[2] == 1:  # (h, w, 1): the one channel named
+            shape = shape[:2]
+        if len(shape) != 2 or not all(isinstance(s, (int, np.integer)) and s > 0 for s in shape):
+            raise MescError(f"architecture image_shape must be (height, width) of one-channel "
+                            f"images, got {self.image_shape}")
+        object.__setattr__(self, "image_shape", tuple(int(s) for s in shape))
         if len(self.kernels) != len(self.channels) or not self.kernels:
             raise MescError(
                 f"architecture needs as many kernels as channels (got {self.kernels} and "

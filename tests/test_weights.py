@@ -119,6 +119,15 @@ def test_tf1_checkpoint_conversion(name, tf1_ckpts, tmp_path):
     np.testing.assert_array_equal(converted(x).numpy(), direct(x).numpy())
 
 
+def test_image_shape_with_its_channel_is_accepted(tf1_ckpts, tmp_path):
+    assert Architecture((32, 32, 1), (3,), (15,)) == Architecture((32, 32), (3,), (15,))
+    out = convert_tf1_checkpoint(tf1_ckpts["coil20"], (32, 32, 1), tmp_path / "c.h5")
+    assert load_autoencoder(out, get_config("coil20").arch)[1]["converted_from"]
+    expect_error("image_shape must be \\(height, width\\) of one-channel images, got "
+                 "\\(32, 32, 3\\)", Architecture, (32, 32, 3), (3,), (15,))
+    expect_error("got \\(32, 0\\)", Architecture, (32, 0), (3,), (15,))
+
+
 def test_tf1_checkpoint_wrong_architecture(tf1_ckpts):
     expect_error("kernels \\(3,\\) and channels \\(15,\\)", load_tf1_checkpoint,
                  tf1_ckpts["coil20"], get_config("coil40").arch)
