@@ -40,8 +40,11 @@ def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_check
         return load_autoencoder(weights, arch)[0], f"weights {weights}"
     if no_pretrain:
         return ConvAutoEncoder(arch).build_for_input(), "he_normal initialisation (no pretraining)"
-    path = pretrained_path(dataset) if dataset else None
-    if path is None or not path.is_file():
+    if not dataset:
+        raise MescError("get_autoencoder needs one of dataset=, weights=, tf1_checkpoint= or "
+                        "no_pretrain=True to know which auto-encoder to use")
+    path = pretrained_path(dataset)
+    if not path.is_file():
         raise MescError(f"no pretrained auto-encoder at {path}; make it with "
                         f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
                         "or pass --weights, --tf1-checkpoint or --no-pretrain")

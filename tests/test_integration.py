@@ -67,6 +67,16 @@ def test_synthetic_union_of_subspaces(seed=0):
     assert accuracy(y, untrained) < 0.7
 
 
+def test_get_autoencoder_needs_a_source():
+    import pytest
+
+    from mesc_tf.errors import MescError
+
+    with pytest.raises(MescError, match="needs one of dataset=, weights=, tf1_checkpoint= or "
+                                        "no_pretrain=True"):
+        pipeline.get_autoencoder(TINY)
+
+
 def test_clustering_survives_arpack_failure():
     """A C with many equal singular values can make ARPACK stop with error 3 (it happened on
     ORL after 30 steps at lr 1e-4; whether it does depends on ARPACK's random restarts);
