@@ -185,7 +185,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="orl", n_samples=400, n_clusters=40,
         arch=Architecture(image_shape=(32, 32), kernels=(3, 3, 3), channels=(3, 3, 5)),
         pixels="ORL_32x32.mat fea, raw 0..255, row-major 32x32 (faces transposed, as the DSC AE expects)",
-        # experiments/results/sweeps/orl.jsonl.gz (README "Results so far"): C is symmetrised
+        # experiments/results/README.md, sweeps/orl.jsonl.gz: C is symmetrised
         # before the SVD as in DSC-Net's ORL script (variant "dsc"; MESC's released COIL40
         # diagonal-to-1 gave at best 79.00 %). Sessions 3-15 swept from pretrained/orl.h5: at best 82.75 %
         # (reg1 10, reg2 0.02). Session 16 swept from the authors' ORL auto-encoder, which the
@@ -206,7 +206,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="coil20", n_samples=1440, n_clusters=20,
         arch=Architecture(kernels=(3,), channels=(15,), **_ARCH_32_1),
         pixels="COIL20.mat fea, [0,1] as stored, row-major 32x32",
-        # experiments/results/sweeps/coil20.jsonl (README "Results so far"), with
+        # experiments/results/README.md, sweeps/coil20.jsonl, with
         # pretrained/coil20.h5: session 4 chose reg2 1, lr 1e-3, 60 steps (ρ 0.1, d 12, power
         # 8: 92.64 / 97.29). Session 15 swept the post-clustering (d had stayed at 12): of 55-65
         # steps, ρ 0.05-0.07, d 14-18, power 10-14, 11 of 81 settings beat the paper in median
@@ -243,7 +243,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="eyaleb", n_samples=2432, n_clusters=38,
         arch=Architecture(image_shape=(48, 42), **_ARCH_DEEP),
         pixels="YaleBCrop025.mat Y, raw 0..255, column-major 48x42 (upright faces)",
-        # experiments/results/sweeps/eyaleb.jsonl (README "Results so far"), with the authors'
+        # experiments/results/README.md, sweeps/eyaleb.jsonl, with the authors'
         # EYaleB auto-encoder: DSC-Net's EYaleB reg2 and lr; of 300-1000 steps, ρ 0.05-0.2, d
         # 10/12, power 3.5/5 and reg1 1/3/10 (reg1 hardly matters), the best ACC on seed 0.
         # The COIL40 template (lr 1e-4, 127 steps, reg2 0.1) gave 67.85 % median; lr 3e-4 and
@@ -271,7 +271,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="usps", n_samples=9298, n_clusters=10,
         arch=Architecture(image_shape=(16, 16), **_ARCH_DEEP),
         pixels="USPS.mat fea in [-1,1] mapped to [0,1], row-major 16x16",
-        # experiments/results/sweeps/usps.jsonl (README "Results so far"), at the released lr
+        # experiments/results/README.md, sweeps/usps.jsonl, at the released lr
         # 1e-4 and reg2 0.1: session 7's step-count and post-clustering sweeps chose 100 steps,
         # ρ 0.02 and d 24 (86.69 / 86.08 over seeds 0-4; ρ 0.04 gives 81.20, 127 steps 72.74);
         # session 13 swept d and power there: d 32 at power 8, 87.35 / 87.03 for seeds 0-4
