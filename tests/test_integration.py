@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from scipy.sparse.linalg import ArpackError
 
 from mesc_tf import pipeline, postcluster
 from mesc_tf.config import Architecture, Settings
+from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,10 +70,6 @@ def test_synthetic_union_of_subspaces(seed=0):
 
 
 def test_get_autoencoder_needs_a_source():
-    import pytest
-
-    from mesc_tf.errors import MescError
-
     with pytest.raises(MescError, match="needs one of dataset=, weights=, tf1_checkpoint= or "
                                         "no_pretrain=True"):
         pipeline.get_autoencoder(TINY)
