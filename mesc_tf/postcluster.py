@@ -89,7 +89,7 @@ SI_LU_MAX_N = 4096
 # Products M·x that Lanczos on D^-1/2·A·D^-1/2 may spend above SI_LU_MAX_N before the Cholesky
 # route; 0: the Cholesky route at once. On the trained MNIST C (n = 10000) Lanczos needed 371-517
 # products at power 8 and 1604 at power 16, the configured one; the Cholesky route is worth
-# 640-770 (benchmarks/spectral_routes.py; README "Performance"). A capped attempt that fails
+# 640-770 (benchmarks/spectral_routes.py; benchmarks/README.md). A capped attempt that fails
 # costs the cap on top, so the bounded route goes first.
 LANCZOS_MAX_PRODUCTS = 0
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
