@@ -72,6 +72,17 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: --coef-cache: cannot create")
 
 
+def test_our_wo_net_takes_a_datasets_coupled_settings():
+    from mesc_tf.config import get_config
+
+    usps, orl = get_config("usps"), get_config("orl")
+    assert usps.coupled is None  # inherits MESC-Net's settings, on the coupled graph
+    assert method_settings("usps", "our_wo_net") == usps.mesc.replace(framework="coupled")
+    s = method_settings("orl", "our_wo_net")
+    assert (s.framework, s.regularizer, s.epochs) == ("coupled", "entropy", orl.coupled.epochs)
+    assert s != orl.mesc.replace(framework="coupled")
+
+
 def test_plan_shares_training_across_post_settings_seeds_and_steps():
     base = method_settings("toy", "our")
     settings = sweep.expand_grid(base, sweep.parse_grid("reg1=1,2 epochs=5,10 thr=0.1,0.2"))
