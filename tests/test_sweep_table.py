@@ -75,9 +75,9 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
 def test_our_wo_net_takes_a_datasets_coupled_settings():
     from mesc_tf.config import get_config
 
-    mnist, orl = get_config("mnist"), get_config("orl")
-    assert mnist.coupled is None  # inherits MESC-Net's settings, on the coupled graph
-    assert method_settings("mnist", "our_wo_net") == mnist.mesc.replace(framework="coupled")
+    eyaleb, orl = get_config("eyaleb"), get_config("orl")
+    assert eyaleb.coupled is None  # inherits MESC-Net's settings, on the coupled graph
+    assert method_settings("eyaleb", "our_wo_net") == eyaleb.mesc.replace(framework="coupled")
     s = method_settings("orl", "our_wo_net")
     assert (s.framework, s.regularizer, s.epochs) == ("coupled", "entropy", orl.coupled.epochs)
     assert s != orl.mesc.replace(framework="coupled")
