@@ -30,6 +30,8 @@ TF1 checkpoint if found, else he_normal), or ``--coef DIR``'s ``<dataset>.npy`` 
 when the dataset files are found, otherwise random images of the right shape. ``--e2e`` first
 runs ``experiments/run.py --dataset mnist`` end to end (127 steps, all 10000 images) in a
 subprocess and reports its peak RSS; MNIST's post-clustering then uses that run's trained C.
+The report records whether TensorFlow's BFC pool was on (``tf_cpu_allocator``; set
+``TF_CPU_ALLOCATOR_USE_BFC=true`` before the command, README "Performance").
 """
 
 from __future__ import annotations
@@ -415,12 +417,14 @@ def main(argv=None):
     if args.one:
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
+    from mesc_tf import pipeline
     from mesc_tf.files import atomic_write_text
 
     load_before = os.getloadavg()
     report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "processor": platform.processor() or _cpu_model()},
+              "tf_cpu_allocator": "bfc" if pipeline.bfc_allocator() else "default",
               "issue_original": ISSUE, "results": []}
     with tempfile.TemporaryDirectory() as tmp:
         coefs = {name: Path(args.coef) / f"{name}.npy" for name in args.datasets} if args.coef else {}
