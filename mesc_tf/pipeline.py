@@ -70,7 +70,8 @@ def bfc_allocator() -> bool:
 
 
 def memory_estimate(n_samples: int, arch: Architecture) -> int:
-    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.49 GiB, estimate 3.8).
+    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.62-3.81 GiB, estimate
+    3.82).
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
     of the self-expression term (n²), the entropy's gradient (n², recomputed from C in the
