@@ -9,7 +9,7 @@ applied to the dataset's --method settings from mesc_tf/config.py; every combina
 with every seed. Results go to --out (default experiments/results/sweeps/<dataset>.jsonl), one
 line per finished trial (settings, seed, metrics, timings), flushed and fsynced; rerunning the
 same command skips the trials already in the file, so a killed sweep resumes where it was.
-Records moved into the file's gzip archive (<out>.gz, see mesc_tf.sweep.read_records) count too.
+Records in the file's archive parts (<out stem>.partN.jsonl, see mesc_tf.sweep.read_records) count too.
 
 Efficiencies (mesc_tf/sweep.py): fine-tuning from a pretrained auto-encoder is deterministic
 (C starts at a constant), so each setting of the training fields is trained ONCE and the
@@ -129,7 +129,7 @@ def main(argv=None):
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)
     steps = sum(g.train.epochs for g in groups)
-    read_from = " + ".join(str(f) for f in (sweep.archive_path(args.out), args.out) if f.exists())
+    read_from = " + ".join(str(f) for f in (*sweep.archive_paths(args.out), args.out) if f.exists())
     print(f"{args.dataset} ({args.method}), auto-encoder: {ae.describe()}")
     print(f"{len(settings)} settings x {len(args.seeds)} seeds = {len(settings) * len(args.seeds)} "
           f"trials: {skipped} already in {read_from or args.out}, {n_trials} to run in {len(groups)} "

@@ -188,7 +188,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="orl", n_samples=400, n_clusters=40,
         arch=Architecture(image_shape=(32, 32), kernels=(3, 3, 3), channels=(3, 3, 5)),
         pixels="ORL_32x32.mat fea, raw 0..255, row-major 32x32 (faces transposed, as the DSC AE expects)",
-        # experiments/results/README.md, sweeps/orl.jsonl.gz: C is symmetrised
+        # experiments/results/README.md, sweeps/orl.part*.jsonl: C is symmetrised
         # before the SVD as in DSC-Net's ORL script (variant "dsc"; MESC's released COIL40
         # diagonal-to-1 gave at best 79.00 %). Sessions 3-15 swept from pretrained/orl.h5: at best 82.75 %
         # (reg1 10, reg2 0.02). Session 16 swept from the authors' ORL auto-encoder, which the

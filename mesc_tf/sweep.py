@@ -37,13 +37,11 @@ import dataclasses
 import datetime
 import fcntl
 import gc
-import gzip
 import hashlib
 import itertools
 import json
 import os
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,28 +227,34 @@ def record_key(rec: dict) -> str:
     return trial_key(rec["dataset"], rec["autoencoder_id"], rec["settings"], rec["seed"])
 
 
-def archive_path(path) -> Path:
-    """The gzip archive read with a results file: ``orl.jsonl`` → ``orl.jsonl.gz``."""
+def archive_paths(path) -> list[Path]:
+    """The archive parts read before a results file: ``orl.jsonl`` → ``orl.part1.jsonl``,
+    ``orl.part2.jsonl``, … in numeric order."""
     path = Path(path)
-    return path.with_name(path.name + ".gz")
+    parts = []
+    for p in path.parent.glob(f"{path.stem}.part*{path.suffix}"):
+        number = p.name[len(path.stem) + len(".part"):len(p.name) - len(path.suffix)]
+        if number.isdigit():
+            parts.append((int(number), p))
+    return [p for _, p in sorted(parts)]
 
 
 def read_records(path) -> tuple[list[dict], int]:
     """The trial records of a JSON-lines file and the number of unreadable (torn) lines.
 
-    Records in its archive ``<path>.gz`` come first. Sweeps append to the plain file only;
-    ``gzip -c F >> F.gz && rm F`` moves finished records into the archive (concatenated gzip
-    members read as one stream), which keeps a large results file small in the repository.
+    Records in its archive parts (``archive_paths``) come first. Sweeps append to the plain
+    file only; renaming a finished file to the next part (``mv orl.jsonl orl.part3.jsonl``)
+    archives it, which keeps each file in the repository small.
     """
     path = Path(path)
     records, bad = [], 0
-    for source, opener in ((archive_path(path), gzip.open), (path, open)):
+    for source in (*archive_paths(path), path):
         if not source.exists():
             continue
         try:
-            with opener(source, "rt", encoding="utf-8") as f:
+            with open(source, encoding="utf-8") as f:
                 lines = f.readlines()
-        except (OSError, EOFError, ValueError, zlib.error) as e:
+        except (OSError, UnicodeDecodeError) as e:
             raise MescError(f"cannot read the sweep results {source}: {e}; restore the file "
                             "(e.g. git checkout) or pass another --out") from e
         for line in lines:

@@ -112,25 +112,22 @@ def test_results_file_survives_a_torn_line(tmp_path):
     assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s) for s in (0, 1)}
 
 
-def test_gzip_archive_is_read_before_the_file(tmp_path):
-    """Records moved to <file>.gz (as gzip -c F >> F.gz does, one member per move) still count
-    as done; new ones go to the plain file; a damaged archive is one clear error."""
-    import gzip
-
+def test_archive_parts_are_read_before_the_file(tmp_path):
+    """Records in <stem>.partN.jsonl (a finished file renamed) still count as done, in numeric
+    order of N and before the plain file; new ones go to the plain file; a part that is not
+    text is one clear error."""
     out = tmp_path / "s.jsonl"
     rec = {"dataset": "toy", "autoencoder_id": "none", "settings": Settings().to_dict(), "seed": 0}
-    for seed in (0, 1):
+    for seed, part in ((0, 2), (1, 10)):  # part 10 after part 2: numeric, not lexical, order
         sweep.append_jsonl(out, {**rec, "seed": seed})
-        with open(sweep.archive_path(out), "ab") as f:
-            f.write(gzip.compress(out.read_bytes()))
-        out.unlink()
+        out.rename(tmp_path / f"s.part{part}.jsonl")
+    (tmp_path / "s.partx.jsonl").write_text("not a part\n")  # not a numbered part: ignored
     sweep.append_jsonl(out, {**rec, "seed": 2})
     records, bad = sweep.read_records(out)
     assert [r["seed"] for r in records] == [0, 1, 2] and bad == 0
-    assert sweep.archive_path(out).name == "s.jsonl.gz"
-    data = sweep.archive_path(out).read_bytes()
-    sweep.archive_path(out).write_bytes(data[:-12])  # truncated, as by a failed copy
-    with pytest.raises(MescError, match="cannot read the sweep results .*s.jsonl.gz"):
+    assert [p.name for p in sweep.archive_paths(out)] == ["s.part2.jsonl", "s.part10.jsonl"]
+    (tmp_path / "s.part2.jsonl").write_bytes(b"\x1f\x8b\x08\xff binary")
+    with pytest.raises(MescError, match="cannot read the sweep results .*s.part2.jsonl"):
         sweep.read_records(out)
 
 
