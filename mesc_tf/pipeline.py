@@ -4,6 +4,7 @@ One code path: ``experiments/run.py``, the sweeps, the tables and
 :class:`mesc_tf.estimator.MESCNetClustering` all call these functions.
 """
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -70,19 +71,19 @@ def bfc_allocator() -> bool:
 
 
 def memory_estimate(n_samples: int, arch: Architecture) -> int:
-    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.62-3.81 GiB, estimate
-    3.82).
+    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.56-3.89 GiB in session
+    20, during fine-tuning; estimate 3.82).
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
     of the self-expression term (n²), the entropy's gradient (n², recomputed from C in the
     backward pass, see losses.entropy) and their sum exist, less what the allocator reuses
     (about 2.5 n² float32 in all), plus the auto-encoder's activations, their gradients and the
     convolutions' work buffers (about 3.5 × the activations of one forward pass).
-    Post-clustering (postcluster's fast route) then holds C and the
-    affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
-    n × r embedding: less than fine-tuning. Plus the runtime. With TF's BFC allocator
-    (``bfc_allocator``) the pool fine-tuning grew, ``BFC_POOL_FACTOR`` × its estimate, stays
-    resident during post-clustering: the two add up.
+    Post-clustering (postcluster's fast route; ``run`` has dropped the model) then holds C and
+    the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
+    n × r embedding: less than fine-tuning (MNIST: 2.45 GiB). Plus the runtime. With TF's BFC
+    allocator (``bfc_allocator``) the pool fine-tuning grew, ``BFC_POOL_FACTOR`` × its
+    estimate, stays resident during post-clustering: the two add up.
     """
     n = int(n_samples)
     sizes = encoder_sizes(arch)
@@ -189,18 +190,6 @@ def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, ba
     return model, history, seconds
 
 
-def release_optimizer(model):
-    """Free what only training needs: the optimizer with its two n×n Adam slots (800 MB for
-    MNIST) and the compiled step. The model keeps its weights and C; compile it again to
-    train further."""
-    import gc
-
-    model.optimizer = None
-    getattr(model, "_self_unconditional_dependency_names", {}).pop("optimizer", None)
-    model.train_function = None
-    gc.collect()
-
-
 def cluster(coef, n_clusters: int, settings: Settings, seed=0):
     """thrC + post_proC + spectral clustering on C. Returns (labels 0..K-1, timings dict)."""
     return postcluster.cluster(np.asarray(coef), n_clusters, thr=settings.thr,
@@ -213,12 +202,15 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
     model, history, train_s = fine_tune(x, settings, autoencoder, verbose=verbose, **fit_kwargs)
     coef = model.coef.numpy()
     steps = int(model.optimizer.iterations.numpy())
-    release_optimizer(model)  # post-clustering must not sit on Adam's two n×n slots
+    # Post-clustering must not sit on the model's C and Adam's two slots (3 n² floats, 1.2 GB
+    # for MNIST): drop the model (``autoencoder``, fine-tuned in place, stays with the caller);
+    # collect, as Keras' model and its callbacks refer to each other.
+    del model
+    gc.collect()
     start = time.perf_counter()
     labels, post_timings = cluster(coef, n_clusters, settings, seed=seed)
     post_s = time.perf_counter() - start
     return {
-        "model": model,
         "coef": coef,
         "labels": labels,
         "history": history,
