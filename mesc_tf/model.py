@@ -138,6 +138,10 @@ class MESCNet(keras.Model):
         with tf.GradientTape() as tape:
             terms = self.compute_terms(x)
         grads = tape.gradient(terms["loss"], self.trainable_variables)
+        # Update only once every gradient exists. Otherwise TF may run C's update while the
+        # backward pass still holds a read of C (for Cᵀ·∂L/∂(CZ)); the update then copies C
+        # first (copy-on-write), one more n×n buffer at the step's peak (400 MB for MNIST).
+        grads = tf.tuple(grads)
         self.optimizer.apply(grads, self.trainable_variables)
         # Logged values are those before this step's update, like the original's fetches.
         return terms
