@@ -140,7 +140,7 @@ class MESCNet(keras.Model):
         grads = tape.gradient(terms["loss"], self.trainable_variables)
         # Update only once every gradient exists. Otherwise TF may run C's update while the
         # backward pass still holds a read of C (for Cᵀ·∂L/∂(CZ)); the update then copies C
-        # first (copy-on-write), one more n×n buffer at the step's peak (400 MB for MNIST).
+        # first (copy-on-write): one more n×n buffer and copy per step (400 MB for MNIST).
         grads = tf.tuple(grads)
         self.optimizer.apply(grads, self.trainable_variables)
         # Logged values are those before this step's update, like the original's fetches.
