@@ -71,7 +71,7 @@ def bfc_allocator() -> bool:
 
 
 def memory_estimate(n_samples: int, arch: Architecture) -> int:
-    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.43-3.89 GiB in session
+    """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.36-3.89 GiB in session
     20, during fine-tuning; estimate 3.82).
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
