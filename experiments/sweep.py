@@ -9,7 +9,8 @@ applied to the dataset's --method settings from mesc_tf/config.py; every combina
 with every seed. Results go to --out (default experiments/results/sweeps/<dataset>.jsonl), one
 line per finished trial (settings, seed, metrics, timings), flushed and fsynced; rerunning the
 same command skips the trials already in the file, so a killed sweep resumes where it was.
-Records in the file's archive parts (<out stem>.partN.jsonl, see mesc_tf.sweep.read_records) count too.
+Records in the file's archive parts (<out stem>.partN.jsonl, see mesc_tf.sweep.read_records)
+count too.
 
 Efficiencies (mesc_tf/sweep.py): fine-tuning from a pretrained auto-encoder is deterministic
 (C starts at a constant), so each setting of the training fields is trained ONCE and the

@@ -129,12 +129,17 @@ def test_mescnet_outputs(name, framework):
     np.testing.assert_allclose(cz.numpy(), model.coef.numpy() @ z.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def tiny_mescnet(n, **changes):
+    """A built MESCNet on TINY (Toy's MESC settings with ``changes``) and n random images."""
+    x = np.random.default_rng(0).random((n, *TINY.image_shape, 1), dtype=np.float32)
+    model = MESCNet(ConvAutoEncoder(TINY).build_for_input(), n,
+                    get_config("toy").mesc.replace(**changes))
+    model(tf.convert_to_tensor(x))
+    return model, x
+
+
 def recon_grad_wrt_coef(framework):
-    n = 6
-    x = tf.random.uniform((n, *TINY.image_shape, 1))
-    settings = get_config("toy").mesc.replace(framework=framework)
-    model = MESCNet(ConvAutoEncoder(TINY).build_for_input(), n, settings)
-    model(x)
+    model, x = tiny_mescnet(6, framework=framework)
     with tf.GradientTape() as tape:
         terms = model.compute_terms(x)
     return tape.gradient(terms["recon"], model.coef)
@@ -162,11 +167,7 @@ def test_training_leaves_no_variable_behind(regularizer):
 
     from mesc_tf.training import fit_full_batch
 
-    n = 12
-    x = np.random.default_rng(0).random((n, *TINY.image_shape, 1), dtype=np.float32)
-    settings = get_config("toy").mesc.replace(regularizer=regularizer)
-    model = MESCNet(ConvAutoEncoder(TINY).build_for_input(), n, settings)
-    model(tf.convert_to_tensor(x))
+    model, x = tiny_mescnet(12, regularizer=regularizer)
     fit_full_batch(model, x, 2, 1e-3, verbose=0)
     handles = [weakref.ref(v.value.handle) for v in [model.coef, *model.optimizer.variables]]
     del model
@@ -183,10 +184,7 @@ def test_adam_updates_coef_in_place():
 
     from mesc_tf.training import fit_full_batch
 
-    n = 12
-    x = np.random.default_rng(0).random((n, *TINY.image_shape, 1), dtype=np.float32)
-    model = MESCNet(ConvAutoEncoder(TINY).build_for_input(), n, get_config("toy").mesc)
-    model(tf.convert_to_tensor(x))
+    model, x = tiny_mescnet(12)
     if "CPU" not in model.coef.value.device.upper():
         pytest.skip("the buffer address is only visible for host memory")
     addresses = []
