@@ -77,3 +77,23 @@ def test_spectral_routes_bad_coef_is_one_line(tmp_path):
         assert proc.returncode == 2, (name, proc.stderr)
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --coef"), \
             proc.stderr
+
+
+def test_conv_routes_reformulations_agree_with_keras(tmp_path):
+    """benchmarks/conv_routes.py's stride-1 rewrites compute Keras' layers (odd sizes included:
+    EYaleB 12×11 → 6×6, MNIST 7 → 4), and it writes a row per layer."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("conv_routes",
+                                                  REPO / "benchmarks" / "conv_routes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "conv.json"
+    assert mod.main(["--datasets", "eyaleb,mnist", "--n", "2", "--repeats", "1",
+                     "--json", str(out)]) == 0
+    report = json.loads(out.read_text())["datasets"]
+    for name in ("eyaleb", "mnist"):
+        rows = report[name]["layers"]
+        assert [r["layer"] for r in rows] == ["enc_0", "enc_1", "enc_2", "dec_0", "dec_1", "dec_2"]
+        assert all(r["max_rel_diff"] < 1e-5 and r["keras_ms"] > 0 and r["stride1_ms"] > 0
+                   for r in rows), rows
