@@ -2,14 +2,16 @@
 
     python experiments/pretrain.py --dataset orl            # writes pretrained/orl.h5
 
-Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal (or --initializer) start. Stops when
-the relative reconstruction error has not improved by --min-delta for --patience steps, when
-it reaches --target, or after --max-steps; keeps the best weights; then, with
---activation-scale, rescales them without changing any reconstruction. Defaults per dataset
-are in mesc_tf/config.py.
+Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal (or --initializer) start; with
+--batch-size, or where the whole set's activations do not fit in memory, minibatches in a
+seeded order. Stops when the relative reconstruction error has not improved by --min-delta for
+--patience steps, when it reaches --target, or after --max-steps; keeps the best weights;
+then, with --activation-scale, rescales them without changing any reconstruction. Defaults
+per dataset are in mesc_tf/config.py.
 """
 
 import dataclasses
+import json
 import shutil
 import sys
 import time
@@ -23,9 +25,13 @@ from mesc_tf import cli  # noqa: E402
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_dataset_arg(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the initialisation (default 0)")
+    p.add_argument("--seed", type=int,
+                   help="seed of the initialisation and of the minibatch order (default 0)")
     p.add_argument("--lr", type=float, help="Adam learning rate")
-    p.add_argument("--max-steps", type=int, help="upper bound on full-batch steps")
+    p.add_argument("--batch-size", type=int, metavar="B",
+                   help="images per step (default: all of them, unless their activations do "
+                   "not fit in memory)")
+    p.add_argument("--max-steps", type=int, help="upper bound on steps")
     p.add_argument("--patience", type=int, help="steps without improvement before stopping")
     p.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
     p.add_argument("--lr-patience", type=int,
@@ -59,6 +65,7 @@ def parse_args(argv=None):
     if args.max_steps == 0 and not args.init:
         p.error("--max-steps 0 trains nothing: give --init H5 to rescale that auto-encoder")
     for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 0, ">= 0"),
+                           ("batch_size", lambda v: v >= 1, ">= 1"),
                            ("activation_scale", lambda v: v >= 0, ">= 0"),
                            ("patience", lambda v: v >= 0, ">= 0"),
                            ("min_delta", lambda v: v >= 0, ">= 0"),
@@ -105,7 +112,30 @@ def main(argv=None, cleanup=None):
                             "--resume to continue it or --force to start over")
         shutil.rmtree(ckpt)
     ds = data.load_dataset(args.dataset, args.data_dir)
-    configure_runtime(args.seed)
+    # The batch size and seed fix the order of minibatches; a resumed run must keep them.
+    run_file = ckpt / "run.json"
+    if args.resume:
+        recorded = json.loads(run_file.read_text()) if run_file.exists() else {}  # full batch
+        for name in ("batch_size", "seed"):
+            given, kept = getattr(args, name), recorded.get(name)
+            if given is not None and kept is not None and given != kept:
+                raise MescError(f"--{name.replace('_', '-')} {given} differs from the {kept} "
+                                f"the checkpoint {ckpt} was made with; resume without it")
+        seed, batch_size = recorded.get("seed", args.seed or 0), recorded.get("batch_size")
+    else:
+        seed = args.seed or 0
+        requested = args.batch_size if args.batch_size is not None else schedule.batch_size
+        batch_size = pipeline.pretrain_batch_size(len(ds.x), cfg.arch, requested)
+        if batch_size is not None and requested is None:
+            print(f"the activations of all {len(ds.x)} images do not fit in the available "
+                  f"memory: {batch_size} images per step")
+        if backup is not None:
+            if not ckpt.exists() and cleanup is not None:
+                cleanup.append(ckpt)  # removed on failure unless it holds a checkpoint by then
+            ckpt.mkdir(parents=True, exist_ok=True)
+            run_file.write_text(json.dumps({"batch_size": batch_size, "seed": seed}))
+    schedule = dataclasses.replace(schedule, batch_size=batch_size or len(ds.x))  # as decided
+    configure_runtime(seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
           f"{schedule}")
     resumed_at = resumed_epoch(ckpt) if args.resume else None
@@ -114,10 +144,11 @@ def main(argv=None, cleanup=None):
     ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,
                                  verbose=0 if args.quiet else 1,
                                  log_dir=args.tensorboard, backup_dir=backup,
-                                 checkpoint_every=args.checkpoint_every)
+                                 checkpoint_every=args.checkpoint_every, seed=seed)
     meta = {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
-        "n_samples": len(ds.x), "seed": args.seed, "lr": schedule.lr,
+        "n_samples": len(ds.x), "seed": seed, "lr": schedule.lr,
+        "batch_size": batch_size,  # None: the whole set every step
         "max_steps": schedule.max_steps, "patience": schedule.patience,
         "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
         "target": schedule.target, "initializer": None if args.init else schedule.initializer,

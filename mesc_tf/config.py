@@ -118,17 +118,20 @@ def encoder_sizes(arch: Architecture):
 
 @dataclass(frozen=True)
 class Pretrain:
-    """Auto-encoder pretraining: full-batch Adam on ½Σ(x_r − x)², stopped when the relative
-    reconstruction error ‖x_r − x‖/‖x‖ has not improved by ``min_delta`` for ``patience``
-    steps, or after ``max_steps``; the best weights are kept. With ``lr_patience`` > 0 the
-    learning rate is halved after that many steps without improvement (Adam's noise floor at
-    a constant rate is what stops the COIL auto-encoders). With ``target`` set, training also
+    """Auto-encoder pretraining: Adam (full batch by default) on ½Σ(x_r − x)², stopped when
+    the relative reconstruction error ‖x_r − x‖/‖x‖ has not improved by ``min_delta`` for
+    ``patience`` steps, or after ``max_steps``; the best weights are kept. With
+    ``lr_patience`` > 0 the learning rate is halved after that many steps without improvement
+    (Adam's noise floor at a constant rate is what stops the COIL auto-encoders). With ``target`` set, training also
     stops at the first step whose error is ≤ ``target`` (the DSC authors stopped "as soon as
     the reconstructions look reasonable"; we make that a number). ``initializer`` is the Keras
     kernel initializer of the fresh auto-encoder (the model's he_normal, or glorot_uniform as
     the DSLSP pretraining scripts used). With ``activation_scale`` set, the trained weights are
     finally rescaled so that every hidden layer's mean |activation| is that value, which
-    changes no reconstruction (``training.rescale_activations``)."""
+    changes no reconstruction (``training.rescale_activations``). ``batch_size``: images per
+    step (``training.minibatches``); None: the whole set where its activations fit in memory,
+    else the largest batch that fits (``pipeline.pretrain_batch_size``). Every count above is
+    in steps, and with minibatches the error they watch is each step's batch's."""
 
     lr: float = 1e-3
     max_steps: int = 5000
@@ -138,6 +141,7 @@ class Pretrain:
     target: float | None = None
     initializer: str = "he_normal"
     activation_scale: float | None = None
+    batch_size: int | None = None
 
     def replace(self, **changes) -> "Pretrain":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

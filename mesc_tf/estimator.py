@@ -78,7 +78,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         :func:`mesc_tf.save_autoencoder`) to start fine-tuning from. ``None``: pretrain an
         auto-encoder on ``X`` first.
     pretrain_lr, pretrain_steps, pretrain_patience, pretrain_min_delta : pretraining schedule
-        Full-batch Adam on ½Σ(x_r − x)², at most ``pretrain_steps`` steps, stopped when the
+        Full-batch Adam (minibatches only where the whole set's activations do not fit in
+        memory) on ½Σ(x_r − x)², at most ``pretrain_steps`` steps, stopped when the
         relative reconstruction error has not improved by ``pretrain_min_delta`` for
         ``pretrain_patience`` steps; the best weights are kept (:class:`mesc_tf.config.Pretrain`).
         ``pretrain_steps=0`` fine-tunes from the seeded he_normal initialisation instead (the
@@ -279,7 +280,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             ae, source = pipeline.get_autoencoder(arch, no_pretrain=True)
         else:
             start = time.perf_counter()
-            ae, pretrain_info = pipeline.pretrain(x, arch, schedule, verbose=self.verbose)
+            ae, pretrain_info = pipeline.pretrain(x, arch, schedule, verbose=self.verbose,
+                                                  seed=seed)
             timings["pretrain_s"] = time.perf_counter() - start
             source = (f"pretrained on X ({pretrain_info['steps']} steps, relative error "
                       f"{pretrain_info['relative_error']:.4f})")

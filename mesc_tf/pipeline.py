@@ -70,6 +70,16 @@ def bfc_allocator() -> bool:
     return os.environ.get(BFC_ENV, "").strip().lower() in ("1", "true")
 
 
+def _training_bytes_per_image(arch: Architecture) -> float:
+    """The auto-encoder's float32 activations of one image (input and reconstruction, every
+    encoder and decoder layer), their gradients and the convolutions' work buffers: about 3.5 ×
+    the activations of one forward pass."""
+    sizes = encoder_sizes(arch)
+    per_image = sizes[0][0] * sizes[0][1]  # input and reconstruction
+    per_image += 2 * sum(h * w * c for (h, w), c in zip(sizes[1:], arch.channels))  # enc + dec
+    return 4 * 3.5 * per_image
+
+
 def memory_estimate(n_samples: int, arch: Architecture) -> int:
     """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.36-3.89 GiB in session
     20, during fine-tuning; estimate 3.82).
@@ -86,10 +96,7 @@ def memory_estimate(n_samples: int, arch: Architecture) -> int:
     estimate, stays resident during post-clustering: the two add up.
     """
     n = int(n_samples)
-    sizes = encoder_sizes(arch)
-    per_image = sizes[0][0] * sizes[0][1]  # input and reconstruction
-    per_image += 2 * sum(h * w * c for (h, w), c in zip(sizes[1:], arch.channels))  # enc + dec
-    train = 4 * (5.5 * n * n + 3.5 * n * per_image)
+    train = 4 * 5.5 * n * n + n * _training_bytes_per_image(arch)
     post = 4 * n * n + 8 * n * n + 16 * n * (12 * 10 + 1) + 64 * 2**20
     if bfc_allocator():
         return int(BFC_POOL_FACTOR * train + post + RUNTIME_BYTES)
@@ -125,20 +132,43 @@ def check_memory(n_samples: int, arch: Architecture):
     return need
 
 
+def pretrain_batch_size(n_samples: int, arch: Architecture, requested=None):
+    """Images per pretraining step: ``requested`` (None where it is the whole set), else None
+    (the whole set) where its activations fit in the available memory, else the largest batch
+    that fits. Pretraining has no n×n terms, so only the auto-encoder's activations count."""
+    n = int(n_samples)
+    if requested is not None:
+        if not requested >= 1:
+            raise MescError(f"the pretraining batch size must be >= 1, got {requested}")
+        return None if requested >= n else int(requested)
+    per_image = _training_bytes_per_image(arch)
+    pixels = arch.image_shape[0] * arch.image_shape[1]
+    room = available_memory() - RUNTIME_BYTES - 4 * n * pixels  # the images themselves stay
+    if n * per_image <= room:
+        return None
+    if room < per_image:
+        raise MescError(f"pretraining on {n} images of {arch.image_shape} needs about "
+                        f"{(RUNTIME_BYTES + 4 * n * pixels + per_image) / 2**30:.1f} GiB even one "
+                        f"image per step, but {available_memory() / 2**30:.1f} GiB is available; "
+                        "use a subset of the data or a machine with more memory")
+    return int(room // per_image)
+
+
 def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=None,
-             backup_dir=None, checkpoint_every=None, jit_compile=False):
+             backup_dir=None, checkpoint_every=None, jit_compile=False, seed=0):
     """Train an auto-encoder on ``x`` alone (no self-expression).
 
     Starts from fresh weights (``schedule.initializer``; seed with configure_runtime first), or
     continues training the auto-encoder ``init`` (``schedule.max_steps`` 0: no training, only
-    the final rescaling). ``schedule`` is a :class:`mesc_tf.config.Pretrain`.
-    Returns (autoencoder with the best weights, info dict).
+    the final rescaling). ``schedule`` is a :class:`mesc_tf.config.Pretrain`; its batch size
+    goes through :func:`pretrain_batch_size` (full batch unless memory says otherwise), and
+    ``seed`` orders minibatches. Returns (autoencoder with the best weights, info dict).
     """
     import keras
     import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import (StopAtTarget, dead_channels, fit_full_batch, relative_error,
+    from mesc_tf.training import (StopAtTarget, dead_channels, fit_steps, relative_error,
                                   rescale_activations)
 
     ae = init if init is not None else ConvAutoEncoder(
@@ -154,18 +184,19 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         callbacks.append(keras.callbacks.ReduceLROnPlateau(
             monitor="rel_err", mode="min", factor=0.5, patience=schedule.lr_patience,
             min_delta=schedule.min_delta, min_lr=schedule.lr / 1000))
+    batch_size = pretrain_batch_size(len(x), arch, schedule.batch_size)
     if schedule.max_steps:
-        history, seconds = fit_full_batch(
-            net, x, schedule.max_steps, schedule.lr, verbose=verbose, log_dir=log_dir,
-            backup_dir=backup_dir, checkpoint_every=checkpoint_every, callbacks=callbacks,
-            jit_compile=jit_compile)
+        history, seconds = fit_steps(
+            net, x, schedule.max_steps, schedule.lr, batch_size=batch_size, seed=seed,
+            verbose=verbose, log_dir=log_dir, backup_dir=backup_dir,
+            checkpoint_every=checkpoint_every, callbacks=callbacks, jit_compile=jit_compile)
         steps, errors = int(net.optimizer.iterations.numpy()), history["rel_err"]
         final_lr = float(keras.ops.convert_to_numpy(net.optimizer.learning_rate))
     else:  # no training: only the rescaling below, of ``init``
         history, seconds, steps, errors, final_lr = {}, 0.0, 0, [], None
     factors = (rescale_activations(ae, x, schedule.activation_scale)
                if schedule.activation_scale else None)
-    return ae, {"steps": steps, "seconds": seconds,
+    return ae, {"steps": steps, "seconds": seconds, "batch_size": batch_size,
                 # history holds this process's steps only (a resumed run's last len(errors))
                 "best_step": steps - len(errors) + int(np.argmin(errors)) + 1 if len(errors) else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
@@ -179,11 +210,11 @@ def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, ba
     from mesc_tf.model import MESCNet
     import tensorflow as tf
 
-    from mesc_tf.training import fit_full_batch
+    from mesc_tf.training import fit_steps
 
     model = MESCNet(autoencoder, len(x), settings)
     model(tf.convert_to_tensor(x, tf.float32))  # create C (n×n) before fit, for backups
-    history, seconds = fit_full_batch(
+    history, seconds = fit_steps(
         model, x, settings.epochs, settings.lr, verbose=verbose, log_dir=log_dir,
         backup_dir=backup_dir, checkpoint_every=checkpoint_every, jit_compile=jit_compile,
         callbacks=callbacks)

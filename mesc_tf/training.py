@@ -1,6 +1,7 @@
 """Full-batch training through ``keras.Model.fit`` (reference-facts §2.6, pitfalls 3–5).
 
-The whole dataset is one batch, so one epoch is one Adam step. That makes Keras' own
+The whole dataset is one batch, so one epoch is one Adam step (pretraining may use minibatches,
+still one step per epoch). That makes Keras' own
 callbacks work per step: the Progbar callback below shows the loss terms, TensorBoard logs
 them, EarlyStopping can watch them and :class:`AtomicBackupAndRestore` makes runs resumable.
 """
@@ -39,6 +40,35 @@ def configure_runtime(seed=None, deterministic=True):
 def full_batch(x):
     """A dataset that yields the whole array as one batch, forever."""
     return tf.data.Dataset.from_tensors(tf.convert_to_tensor(x, tf.float32)).repeat()
+
+
+def minibatches(x, batch_size, seed=0, start_step=0):
+    """A dataset of ``batch_size`` images per step, from step ``start_step`` on.
+
+    Like the ``next_batch`` helper of the released pretraining scripts: every pass over the
+    data takes the samples in a new random order, and batches are consecutive chunks of that
+    stream, the last of a pass running on into the next, so every batch is full. Step s's
+    batch depends on (seed, s) alone (a stateless shuffle per pass), so a run resumed at step s
+    gets the batches the uninterrupted run would have had.
+    """
+    x = tf.convert_to_tensor(x, tf.float32)
+    n, b = int(x.shape[0]), int(batch_size)
+    if not 1 <= b <= n:
+        raise MescError(f"the batch size must be between 1 and the {n} samples, got {b}")
+
+    def batch(step):
+        position = step * b + tf.range(b, dtype=tf.int64)
+        passes, offsets = position // n, position % n
+        first = passes[0]  # b <= n: a batch spans at most two passes
+
+        def order(p):  # the sample at each offset of pass p
+            return tf.random.experimental.index_shuffle(
+                offsets, seed=tf.stack([tf.constant(seed, tf.int64), p]), max_index=n - 1)
+
+        index = tf.where(passes == first, order(first), order(first + 1))
+        return tf.gather(x, index)
+
+    return tf.data.Dataset.range(int(start_step), 2**62).map(batch)
 
 
 class FusedAdam(keras.optimizers.Adam):
@@ -194,14 +224,21 @@ def _fsync(path):
         os.fsync(f.fileno())
 
 
-def fit_full_batch(model, x, epochs, lr, *, verbose=1, log_dir=None, backup_dir=None,
-                   checkpoint_every=None, callbacks=(), jit_compile=False):
-    """Compile ``model`` with Adam and run ``epochs`` full-batch steps on ``x``.
+def fit_steps(model, x, epochs, lr, *, batch_size=None, seed=0, verbose=1, log_dir=None,
+              backup_dir=None, checkpoint_every=None, callbacks=(), jit_compile=False):
+    """Compile ``model`` with Adam and run ``epochs`` steps on ``x``, one per Keras epoch: on the
+    whole of ``x`` (fine-tuning always; pretraining by default), or with ``batch_size`` on the
+    next minibatch of :func:`minibatches` (shuffled with ``seed``).
 
     Returns (history dict of per-step loss terms, seconds spent in fit). With ``backup_dir``
     the training state is saved atomically every ``checkpoint_every`` steps and an existing
     backup there is resumed from.
     """
+    if batch_size is None or batch_size >= len(x):
+        data = full_batch(x)
+    else:  # a resumed run continues the stream of batches at the step it restores
+        start = resumed_epoch(backup_dir) if backup_dir is not None else 0
+        data = minibatches(x, batch_size, seed, start)
     model.compile(optimizer=adam(lr), jit_compile=jit_compile)
     cbs = list(callbacks)
     if verbose:
@@ -211,8 +248,8 @@ def fit_full_batch(model, x, epochs, lr, *, verbose=1, log_dir=None, backup_dir=
     if backup_dir is not None:
         cbs.append(AtomicBackupAndRestore(backup_dir, every=checkpoint_every or epochs))
     start = time.perf_counter()
-    history = model.fit(full_batch(x), epochs=epochs, steps_per_epoch=1, verbose=0,
-                        shuffle=False, callbacks=cbs)
+    history = model.fit(data, epochs=epochs, steps_per_epoch=1, verbose=0, shuffle=False,
+                        callbacks=cbs)
     seconds = time.perf_counter() - start
     return {k: np.asarray(v, np.float64) for k, v in history.history.items()}, seconds
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 from mesc_tf import losses
 from mesc_tf.config import Architecture, Settings
 from mesc_tf.model import ConvAutoEncoder, MESCNet
-from mesc_tf.training import ADAM_EPSILON, fit_full_batch, full_batch
+from mesc_tf.training import ADAM_EPSILON, fit_steps, full_batch
 
 pytestmark = pytest.mark.usefixtures("runtime")
 
@@ -122,7 +122,7 @@ def test_adam_steps_match_hand_update():
     model, x = tiny_model()
     c0 = model.coef.numpy().astype(np.float64)
     g1 = hand_coef_gradient(model, x, SETTINGS)
-    history, _ = fit_full_batch(model, x, epochs=1, lr=SETTINGS.lr, verbose=0)
+    history, _ = fit_steps(model, x, epochs=1, lr=SETTINGS.lr, verbose=0)
     assert ADAM_EPSILON == 1e-8 and model.optimizer.epsilon == 1e-8
     c1, m, v = adam_hand(c0, g1, 0.0, 0.0, 1, SETTINGS.lr)
     np.testing.assert_allclose(model.coef.numpy(), c1, rtol=0, atol=SETTINGS.lr * 1e-4)
@@ -131,7 +131,7 @@ def test_adam_steps_match_hand_update():
 
     g2 = hand_coef_gradient(model, x, SETTINGS)  # at the updated C and auto-encoder
     c2, _, _ = adam_hand(model.coef.numpy().astype(np.float64), g2, m, v, 2, SETTINGS.lr)
-    # One more step with the same optimizer state (fit_full_batch would make a new Adam).
+    # One more step with the same optimizer state (fit_steps would make a new Adam).
     model.fit(full_batch(x), epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
     step = np.abs(c2 - c1)
     assert step.max() - step.min() > 0.1 * SETTINGS.lr  # no longer sign-like
@@ -142,7 +142,7 @@ def test_logged_terms_are_before_the_update():
     """History holds the loss of the weights the step started from (as the original fetched)."""
     model, x = tiny_model()
     before = {k: float(v) for k, v in model.compute_terms(x).items()}
-    history, _ = fit_full_batch(model, x, epochs=1, lr=SETTINGS.lr, verbose=0)
+    history, _ = fit_steps(model, x, epochs=1, lr=SETTINGS.lr, verbose=0)
     for k, v in before.items():
         np.testing.assert_allclose(history[k][0], v, rtol=1e-5)
     np.testing.assert_allclose(

@@ -165,10 +165,10 @@ def test_training_leaves_no_variable_behind(regularizer):
     import gc
     import weakref
 
-    from mesc_tf.training import fit_full_batch
+    from mesc_tf.training import fit_steps
 
     model, x = tiny_mescnet(12, regularizer=regularizer)
-    fit_full_batch(model, x, 2, 1e-3, verbose=0)
+    fit_steps(model, x, 2, 1e-3, verbose=0)
     handles = [weakref.ref(v.value.handle) for v in [model.coef, *model.optimizer.variables]]
     del model
     gc.collect()
@@ -182,7 +182,7 @@ def test_adam_updates_coef_in_place():
     aliases the variable's buffer)."""
     import keras
 
-    from mesc_tf.training import fit_full_batch
+    from mesc_tf.training import fit_steps
 
     model, x = tiny_mescnet(12)
     if "CPU" not in model.coef.value.device.upper():
@@ -195,5 +195,5 @@ def test_adam_updates_coef_in_place():
             addresses.append(read._numpy().__array_interface__["data"][0])
             del read  # a live read would itself force the next update to copy
 
-    fit_full_batch(model, x, 6, 1e-3, verbose=0, callbacks=[Address()])
+    fit_steps(model, x, 6, 1e-3, verbose=0, callbacks=[Address()])
     assert len(set(addresses)) == 1

@@ -1,5 +1,6 @@
 """Pretraining (issue 3): a tiny auto-encoder on synthetic images learns and is saved as a
-loadable .h5; the stopping rules (patience, target error) and the initializer option."""
+loadable .h5; the stopping rules (patience, target error), the initializer option and
+minibatches (when asked for or when memory says so)."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import tensorflow as tf
 
 from mesc_tf import pipeline
 from mesc_tf.config import Architecture, Pretrain
+from mesc_tf.errors import MescError
 from mesc_tf.training import configure_runtime, hidden_activation_means, relative_error
 from mesc_tf.weights import load_autoencoder, save_autoencoder
 
@@ -61,6 +63,64 @@ def test_initializer_option(x):
     assert stds["glorot_uniform"] == pytest.approx(np.sqrt(2 / 90), rel=0.25)
 
 
+def test_minibatches_take_each_pass_in_a_new_order_and_resume_exactly():
+    from mesc_tf.training import minibatches
+
+    n, b = 10, 4
+    ids = np.arange(n, dtype=np.float32).reshape(n, 1, 1, 1)  # each image holds its index
+
+    def stream(start, steps):
+        return np.concatenate([batch.numpy().ravel() for batch in
+                               minibatches(ids, b, seed=3, start_step=start).take(steps)])
+
+    five = stream(0, 5)  # 20 positions: two passes, batch 2 straddling them
+    passes = five[:n], five[n:]
+    assert all(sorted(p) == list(range(n)) for p in passes)
+    assert not np.array_equal(*passes)  # a new order every pass
+    np.testing.assert_array_equal(stream(3, 2), five[3 * b:])  # a resumed stream continues
+    assert not np.array_equal(five, np.concatenate([batch.numpy().ravel() for batch in
+                                                    minibatches(ids, b, seed=4).take(5)]))
+    with pytest.raises(MescError, match="between 1 and the 10 samples"):
+        minibatches(ids, 11)
+
+
+def test_minibatch_pretraining_learns_and_resumes_exactly(x, tmp_path):
+    """A run stopped after 3 steps and resumed gives steps 4-6 the batches and errors of the
+    uninterrupted run, bit for bit."""
+    schedule = Pretrain(lr=1e-2, max_steps=6, patience=6, batch_size=16)
+    configure_runtime(0)
+    _, whole = pipeline.pretrain(x, ARCH, schedule, verbose=0, seed=5)
+    assert whole["batch_size"] == 16 and whole["steps"] == 6
+    configure_runtime(0)
+    backup = tmp_path / "ckpt"
+    pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=3, patience=6, batch_size=16),
+                      verbose=0, seed=5, backup_dir=backup, checkpoint_every=3)
+    configure_runtime(1)  # the checkpoint, not the seed, restores the weights
+    _, resumed = pipeline.pretrain(x, ARCH, schedule, verbose=0, seed=5, backup_dir=backup,
+                                   checkpoint_every=3)
+    np.testing.assert_array_equal(resumed["history"]["rel_err"], whole["history"]["rel_err"][3:])
+    configure_runtime(0)
+    _, full = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=60, patience=60,
+                                                  batch_size=16), verbose=0, seed=5)
+    assert full["relative_error"] < 0.6 * full["history"]["rel_err"][0]
+
+
+def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeypatch):
+    size = pipeline.pretrain_batch_size
+    per_image = pipeline._training_bytes_per_image(ARCH)
+    assert size(40, ARCH) is None  # plenty of memory here
+    assert size(40, ARCH, 16) == 16 and size(40, ARCH, 40) is None and size(40, ARCH, 99) is None
+    base = pipeline.RUNTIME_BYTES + 4 * 40 * 16 * 16  # the runtime and the images
+    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, str(int(base + 10.5 * per_image)))
+    assert size(40, ARCH) == 10
+    assert size(40, ARCH, 40) is None  # asked for: the user's call
+    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, str(int(base + 0.5 * per_image)))
+    with pytest.raises(MescError, match="even one image per step"):
+        size(40, ARCH)
+    with pytest.raises(MescError, match="batch size must be >= 1"):
+        size(40, ARCH, 0)
+
+
 def test_pretrain_command_checks_the_new_options(capsys):
     import importlib.util
     from pathlib import Path
@@ -74,7 +134,8 @@ def test_pretrain_command_checks_the_new_options(capsys):
                          (["--resume", "--lr", "3e-3"], "--lr cannot be combined with --resume"),
                          (["--resume", "--init", "a.h5"], "--init cannot be combined"),
                          (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),
-                         (["--activation-scale", "-1"], "--activation-scale must be >= 0")):
+                         (["--activation-scale", "-1"], "--activation-scale must be >= 0"),
+                         (["--batch-size", "0"], "--batch-size must be >= 1")):
         with pytest.raises(SystemExit) as e:
             mod.parse_args(["--dataset", "orl", *argv])
         assert e.value.code == 2

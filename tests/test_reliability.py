@@ -458,6 +458,42 @@ def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     assert not (tmp_path / "orl.checkpoint").exists()
 
 
+def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys):
+    """A minibatch pretraining resumes with the batch size and seed it started with (they fix
+    the order of batches); a different --batch-size or --seed on --resume is refused."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.data import load_dataset
+    from mesc_tf.weights import read_autoencoder_file
+
+    data = ["--dataset", "orl", "--data-dir", files["dir"] / "orl", "--quiet"]
+    first = tmp_path / "first.h5"
+    code, _, err = invoke(PRETRAIN, [*data, "--batch-size", "50", "--seed", "7", "--max-steps",
+                                     "2", "--checkpoint-every", "1", "--out", first], capsys)
+    assert code == 0, err
+    assert read_autoencoder_file(first)[1]["batch_size"] == 50
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.h5"]  # checkpoint dropped
+    # An interrupted run's checkpoint, as pretrain.py leaves it (state and run.json).
+    out = tmp_path / "orl.h5"
+    ckpt = tmp_path / "orl.checkpoint"
+    x = load_dataset("orl", files["dir"] / "orl").x
+    pipeline.pretrain(x, get_config("orl").arch, get_config("orl").pretrain.replace(
+        max_steps=2, batch_size=50), verbose=0, seed=7, backup_dir=ckpt, checkpoint_every=2)
+    (ckpt / "run.json").write_text('{"batch_size": 50, "seed": 7}')
+    for argv, needle in ((["--batch-size", "60"], "--batch-size 60 differs from the 50"),
+                         (["--seed", "8"], "--seed 8 differs from the 7")):
+        code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out,
+                                         *argv], capsys)
+        assert code == 2
+        assert_one_error_line(err, needle, "resume without it")
+    code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out], capsys)
+    assert code == 0, err
+    meta = read_autoencoder_file(out)[1]
+    assert (meta["batch_size"], meta["seed"], meta["resumed_at_step"], meta["steps"]) == \
+        (50, 7, 2, 3)
+    assert not ckpt.exists()
+
+
 # --- determinism -------------------------------------------------------------------------------
 
 
