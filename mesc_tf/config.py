@@ -122,16 +122,17 @@ class Pretrain:
     the relative reconstruction error ‖x_r − x‖/‖x‖ has not improved by ``min_delta`` for
     ``patience`` steps, or after ``max_steps``; the best weights are kept. With
     ``lr_patience`` > 0 the learning rate is halved after that many steps without improvement
-    (Adam's noise floor at a constant rate is what stops the COIL auto-encoders). With ``target`` set, training also
-    stops at the first step whose error is ≤ ``target`` (the DSC authors stopped "as soon as
-    the reconstructions look reasonable"; we make that a number). ``initializer`` is the Keras
-    kernel initializer of the fresh auto-encoder (the model's he_normal, or glorot_uniform as
-    the DSLSP pretraining scripts used). With ``activation_scale`` set, the trained weights are
-    finally rescaled so that every hidden layer's mean |activation| is that value, which
-    changes no reconstruction (``training.rescale_activations``). ``batch_size``: images per
-    step (``training.minibatches``); None: the whole set where its activations fit in memory,
-    else the largest batch that fits (``pipeline.pretrain_batch_size``). Every count above is
-    in steps, and with minibatches the error they watch is each step's batch's."""
+    (Adam's noise floor at a constant rate is what stops the COIL auto-encoders). With
+    ``target`` set, training also stops at the first step whose error is ≤ ``target`` (the DSC
+    authors stopped "as soon as the reconstructions look reasonable"; we make that a number).
+    ``initializer`` is the Keras kernel initializer of the fresh auto-encoder (the model's
+    he_normal, or glorot_uniform as the DSLSP pretraining scripts used). With
+    ``activation_scale`` set, the trained weights are finally rescaled so that every hidden
+    layer's mean |activation| is that value, which changes no reconstruction
+    (``training.rescale_activations``). ``batch_size``: images per step
+    (``training.minibatches``); None: the whole set where its activations fit in memory, else
+    the largest batch that fits (``pipeline.pretrain_batch_size``). Every count above is in
+    steps, and with minibatches the error they watch is each step's batch's."""
 
     lr: float = 1e-3
     max_steps: int = 5000

@@ -184,8 +184,9 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         callbacks.append(keras.callbacks.ReduceLROnPlateau(
             monitor="rel_err", mode="min", factor=0.5, patience=schedule.lr_patience,
             min_delta=schedule.min_delta, min_lr=schedule.lr / 1000))
-    batch_size = pretrain_batch_size(len(x), arch, schedule.batch_size)
+    batch_size = None
     if schedule.max_steps:
+        batch_size = pretrain_batch_size(len(x), arch, schedule.batch_size)
         history, seconds = fit_steps(
             net, x, schedule.max_steps, schedule.lr, batch_size=batch_size, seed=seed,
             verbose=verbose, log_dir=log_dir, backup_dir=backup_dir,

@@ -1,9 +1,9 @@
 """Full-batch training through ``keras.Model.fit`` (reference-facts §2.6, pitfalls 3–5).
 
-The whole dataset is one batch, so one epoch is one Adam step (pretraining may use minibatches,
-still one step per epoch). That makes Keras' own
-callbacks work per step: the Progbar callback below shows the loss terms, TensorBoard logs
-them, EarlyStopping can watch them and :class:`AtomicBackupAndRestore` makes runs resumable.
+The whole dataset is one batch, so one epoch is one Adam step (pretraining may take
+minibatches, still one per epoch). That makes Keras' own callbacks work per step: the Progbar
+callback below shows the loss terms, TensorBoard logs them, EarlyStopping can watch them and
+:class:`AtomicBackupAndRestore` makes runs resumable.
 """
 
 import json
