@@ -148,8 +148,8 @@ def pretrain_batch_size(n_samples: int, arch: Architecture, requested=None):
         return None
     if room < per_image:
         raise MescError(f"pretraining on {n} images of {arch.image_shape} needs about "
-                        f"{(RUNTIME_BYTES + 4 * n * pixels + per_image) / 2**30:.1f} GiB even one "
-                        f"image per step, but {available_memory() / 2**30:.1f} GiB is available; "
+                        f"{(RUNTIME_BYTES + 4 * n * pixels + per_image) / 2**30:.2f} GiB even one "
+                        f"image per step, but {available_memory() / 2**30:.2f} GiB is available; "
                         "use a subset of the data or a machine with more memory")
     return int(room // per_image)
 
