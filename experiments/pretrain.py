@@ -115,13 +115,20 @@ def main(argv=None, cleanup=None):
     # The batch size and seed fix the order of minibatches; a resumed run must keep them.
     run_file = ckpt / "run.json"
     if args.resume:
-        recorded = json.loads(run_file.read_text()) if run_file.exists() else {}  # full batch
+        try:  # no run.json: a checkpoint from before minibatches, so full batch
+            recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
+            recorded = {k: recorded.get(k) for k in ("batch_size", "seed")}
+        except (ValueError, AttributeError):
+            raise MescError(f"cannot read {run_file}, the batch size and seed of the checkpoint; "
+                            f"delete {ckpt} (or pass --force without --resume) to start over"
+                            ) from None
         for name in ("batch_size", "seed"):
             given, kept = getattr(args, name), recorded.get(name)
             if given is not None and kept is not None and given != kept:
                 raise MescError(f"--{name.replace('_', '-')} {given} differs from the {kept} "
                                 f"the checkpoint {ckpt} was made with; resume without it")
-        seed, batch_size = recorded.get("seed", args.seed or 0), recorded.get("batch_size")
+        seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
+        batch_size = recorded["batch_size"]
     else:
         seed = args.seed or 0
         requested = args.batch_size if args.batch_size is not None else schedule.batch_size

@@ -486,6 +486,14 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys):
                                          *argv], capsys)
         assert code == 2
         assert_one_error_line(err, needle, "resume without it")
+    good = (ckpt / "run.json").read_text()
+    for damaged in ("{not json", "[1, 2]"):
+        (ckpt / "run.json").write_text(damaged)
+        code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out],
+                              capsys)
+        assert code == 2
+        assert_one_error_line(err, "cannot read", "run.json", "start over")
+    (ckpt / "run.json").write_text(good)
     code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out], capsys)
     assert code == 0, err
     meta = read_autoencoder_file(out)[1]
