@@ -58,7 +58,7 @@ def parse_args(argv=None):
         p.error("--checkpoint-every must be >= 1")
     # The checkpoint restores the weights and the optimizer, learning rate included (possibly
     # halved by then); an --lr or --init given with --resume would be silently overridden.
-    for name in ("lr", "init"):
+    for name in ("lr", "init", "initializer"):
         if args.resume and getattr(args, name) is not None:
             p.error(f"--{name} cannot be combined with --resume: the checkpoint restores the "
                     "weights and learning rate it had reached; resume without it")
@@ -112,12 +112,15 @@ def main(argv=None, cleanup=None):
                             "--resume to continue it or --force to start over")
         shutil.rmtree(ckpt)
     ds = data.load_dataset(args.dataset, args.data_dir)
-    # The batch size and seed fix the order of minibatches; a resumed run must keep them.
+    # The batch size and seed fix the order of minibatches; a resumed run must keep them. The
+    # start (initializer or --init file, first learning rate) goes into the resumed file's
+    # metadata.
     run_file = ckpt / "run.json"
+    run_keys = ("batch_size", "seed", "initializer", "lr", "init")
     if args.resume:
         try:  # no run.json: a checkpoint from before minibatches, so full batch
             recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
-            recorded = {k: recorded.get(k) for k in ("batch_size", "seed")}
+            recorded = {k: recorded.get(k) for k in run_keys}
         except (ValueError, AttributeError):
             raise MescError(f"cannot read {run_file}, the batch size and seed of the checkpoint; "
                             f"delete {ckpt} (or pass --force without --resume) to start over"
@@ -140,7 +143,10 @@ def main(argv=None, cleanup=None):
             if not ckpt.exists() and cleanup is not None:
                 cleanup.append(ckpt)  # removed on failure unless it holds a checkpoint by then
             ckpt.mkdir(parents=True, exist_ok=True)
-            run_file.write_text(json.dumps({"batch_size": batch_size, "seed": seed}))
+            recorded = {"batch_size": batch_size, "seed": seed, "lr": schedule.lr,
+                        "initializer": None if args.init else schedule.initializer,
+                        "init": args.init}
+            run_file.write_text(json.dumps(recorded))
     schedule = dataclasses.replace(schedule, batch_size=batch_size or len(ds.x))  # as decided
     configure_runtime(seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
@@ -154,17 +160,25 @@ def main(argv=None, cleanup=None):
                                  checkpoint_every=args.checkpoint_every, seed=seed)
     meta = {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
-        "n_samples": len(ds.x), "seed": seed, "lr": schedule.lr,
+        "n_samples": len(ds.x), "seed": seed,
+        # The run's first rate (final_lr: its last); after a resume, what the checkpoint's
+        # run.json recorded (None where it predates that).
+        "lr": recorded.get("lr") if args.resume else schedule.lr,
         "batch_size": batch_size,  # None: the whole set every step
         "max_steps": schedule.max_steps, "patience": schedule.patience,
         "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
-        "target": schedule.target, "initializer": None if args.init else schedule.initializer,
+        "target": schedule.target,
+        "initializer": (recorded.get("initializer") if args.resume
+                        else None if args.init else schedule.initializer),
         "steps": info["steps"], "best_step": info["best_step"], "final_lr": info["final_lr"],
-        # On a resume, lr and command are this process's; the steps before it ran with the
+        # On a resume, the command is this process's; the steps before it ran with the
         # options of the process that wrote the checkpoint.
         "resumed_at_step": resumed_at,
-        # A warm start: the steps above come on top of the initial file's.
-        "init": {"path": args.init, "metadata": init_meta} if args.init else None,
+        # A warm start: the steps above come on top of the initial file's (after a resume,
+        # its path only).
+        "init": ({"path": args.init, "metadata": init_meta} if args.init else
+                 {"path": recorded["init"], "metadata": None} if args.resume and recorded["init"]
+                 else None),
         "activation_scale": schedule.activation_scale,
         "activation_factors": info["activation_factors"],
         "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],

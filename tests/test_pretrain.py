@@ -133,6 +133,8 @@ def test_pretrain_command_checks_the_new_options(capsys):
                          (["--initializer", "zeros"], "invalid choice"),
                          (["--resume", "--lr", "3e-3"], "--lr cannot be combined with --resume"),
                          (["--resume", "--init", "a.h5"], "--init cannot be combined"),
+                         (["--resume", "--initializer", "glorot_uniform"],
+                          "--initializer cannot be combined"),
                          (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),
                          (["--activation-scale", "-1"], "--activation-scale must be >= 0"),
                          (["--batch-size", "0"], "--batch-size must be >= 1")):

@@ -434,8 +434,8 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
 
 def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     """A resumed pretraining's .h5 says at which step it resumed and the learning rate it ended
-    with: the checkpoint's, not the resuming process's schedule (whose lr and command the file
-    also records)."""
+    with: the checkpoint's, not the resuming process's schedule. Where the checkpoint has no
+    run.json, the first rate and the initializer are unknown, not the resuming schedule's."""
     from mesc_tf import pipeline
     from mesc_tf.config import Pretrain, get_config
     from mesc_tf.data import load_dataset
@@ -453,14 +453,16 @@ def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     assert code == 0, err
     meta = read_autoencoder_file(out)[1]
     assert (meta["resumed_at_step"], meta["steps"]) == (2, 4) and 3 <= meta["best_step"] <= 4
-    assert meta["lr"] == get_config("orl").pretrain.lr != 2e-3
+    assert meta["lr"] is None and meta["initializer"] is None
     assert meta["final_lr"] == pytest.approx(2e-3)
     assert not (tmp_path / "orl.checkpoint").exists()
 
 
-def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys):
+def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monkeypatch):
     """A minibatch pretraining resumes with the batch size and seed it started with (they fix
-    the order of batches); a different --batch-size or --seed on --resume is refused."""
+    the order of batches); a different --batch-size or --seed on --resume is refused. The
+    resumed file's metadata names the run's start (initializer, first rate), not the resuming
+    schedule's."""
     from mesc_tf import pipeline
     from mesc_tf.config import get_config
     from mesc_tf.data import load_dataset
@@ -468,9 +470,20 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys):
 
     data = ["--dataset", "orl", "--data-dir", files["dir"] / "orl", "--quiet"]
     first = tmp_path / "first.h5"
+    written, real = [], pipeline.pretrain
+
+    def spy(*a, backup_dir, **k):  # what the run's checkpoint records while it trains
+        written.append(json.loads((backup_dir / "run.json").read_text()))
+        return real(*a, backup_dir=backup_dir, **k)
+
+    monkeypatch.setattr(pipeline, "pretrain", spy)
     code, _, err = invoke(PRETRAIN, [*data, "--batch-size", "50", "--seed", "7", "--max-steps",
-                                     "2", "--checkpoint-every", "1", "--out", first], capsys)
+                                     "2", "--checkpoint-every", "1", "--lr", "2e-3",
+                                     "--initializer", "glorot_uniform", "--out", first], capsys)
     assert code == 0, err
+    monkeypatch.undo()
+    assert written == [{"batch_size": 50, "seed": 7, "lr": 2e-3, "initializer": "glorot_uniform",
+                        "init": None}]
     assert read_autoencoder_file(first)[1]["batch_size"] == 50
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first.h5"]  # checkpoint dropped
     # An interrupted run's checkpoint, as pretrain.py leaves it (state and run.json).
@@ -479,7 +492,7 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys):
     x = load_dataset("orl", files["dir"] / "orl").x
     pipeline.pretrain(x, get_config("orl").arch, get_config("orl").pretrain.replace(
         max_steps=2, batch_size=50), verbose=0, seed=7, backup_dir=ckpt, checkpoint_every=2)
-    (ckpt / "run.json").write_text('{"batch_size": 50, "seed": 7}')
+    (ckpt / "run.json").write_text(json.dumps(written[0]))
     for argv, needle in ((["--batch-size", "60"], "--batch-size 60 differs from the 50"),
                          (["--seed", "8"], "--seed 8 differs from the 7")):
         code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out,
@@ -499,6 +512,7 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys):
     meta = read_autoencoder_file(out)[1]
     assert (meta["batch_size"], meta["seed"], meta["resumed_at_step"], meta["steps"]) == \
         (50, 7, 2, 3)
+    assert (meta["initializer"], meta["lr"]) == ("glorot_uniform", 2e-3)
     assert not ckpt.exists()
 
 
