@@ -183,9 +183,9 @@ _ARCH_32_1 = dict(image_shape=(32, 32))
 _PRE_FACES = Pretrain(lr=1e-3, max_steps=20000, patience=500, min_delta=1e-4)
 _PRE_COIL = Pretrain(lr=1e-2, max_steps=10000, patience=500, min_delta=1e-6, lr_patience=150)
 _PRE_DIGITS = Pretrain(lr=1e-3, max_steps=10000, patience=300, min_delta=1e-5)
-# EYaleB, USPS and MNIST stop at their original checkpoint's relative error (reference-facts
-# §1.3; the DSC authors stopped "as soon as the reconstructions look reasonable"): a full
-# patience run is hours per dataset on a CPU (1-3 s per full-batch step).
+# ORL, USPS and MNIST stop at their original checkpoint's relative error (reference-facts §1.3; the
+# DSC authors stopped "as soon as the reconstructions look reasonable"), EYaleB near 1.2× its:
+# a full patience run is hours per dataset on a CPU (1-3 s per full-batch step).
 _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 
 DATASETS: dict[str, DatasetConfig] = {
@@ -282,9 +282,13 @@ DATASETS: dict[str, DatasetConfig] = {
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
         dsc=_DSC.replace(reg2=10 ** (38 / 10 - 3), epochs=1000, coef_init=1e-4, recon_scale=0.5,
                          thr=0.1, subspace_dim=10, power=3.5, variant="dsc"),
-        # activation_scale: of 3, 10 and 30 (the pixels' mean is 69), 10 let our auto-encoder
-        # cluster best after 1500 symmetrised steps, seed 0 (pretrained/README.md, EYaleB).
-        pretrain=_PRE_FACES.replace(min_delta=1e-5, target=0.039, activation_scale=10.0),
+        # The DSC-Net EYaleB checkpoint's regime (reference-facts §1.3): batches of 2016, Xavier
+        # start, constant lr 1e-3, no rescaling: from the full-batch he_normal file made before,
+        # MESC-Net clustered 3 points worse even rescaled and the coupled graphs collapsed
+        # (pretrained/README.md, EYaleB). The target is a batch's error; when one reached it the
+        # whole set's was 0.0463, under 1.2× the original's 0.039.
+        pretrain=_PRE_FACES.replace(batch_size=2016, initializer="glorot_uniform", patience=5000,
+                                    max_steps=60000, min_delta=1e-5, target=0.0458),
     ),
     "usps": DatasetConfig(
         name="usps", n_samples=9298, n_clusters=10,
