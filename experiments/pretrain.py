@@ -113,20 +113,23 @@ def main(argv=None, cleanup=None):
         shutil.rmtree(ckpt)
     ds = data.load_dataset(args.dataset, args.data_dir)
     # The batch size and seed fix the order of minibatches; a resumed run must keep them. The
-    # start (initializer or --init file, first learning rate) goes into the resumed file's
-    # metadata.
+    # run's start (initializer or --init file, first rate) is recorded beside them for the
+    # resumed file's metadata.
     run_file = ckpt / "run.json"
-    run_keys = ("batch_size", "seed", "initializer", "lr", "init")
     if args.resume:
-        try:  # no run.json: a checkpoint from before minibatches, so full batch
+        try:  # no run.json: a checkpoint from before minibatches, so full batch, start unknown
             recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
-            recorded = {k: recorded.get(k) for k in run_keys}
+            recorded = {k: recorded.get(k) for k in ("batch_size", "seed", "lr", "initializer",
+                                                     "init")}
+            if not all(recorded[k] is None or (isinstance(recorded[k], int) and recorded[k] >= lo)
+                       for k, lo in (("batch_size", 1), ("seed", 0))):
+                raise ValueError
         except (ValueError, AttributeError):
             raise MescError(f"cannot read {run_file}, the batch size and seed of the checkpoint; "
                             f"delete {ckpt} (or pass --force without --resume) to start over"
                             ) from None
         for name in ("batch_size", "seed"):
-            given, kept = getattr(args, name), recorded.get(name)
+            given, kept = getattr(args, name), recorded[name]
             if given is not None and kept is not None and given != kept:
                 raise MescError(f"--{name.replace('_', '-')} {given} differs from the {kept} "
                                 f"the checkpoint {ckpt} was made with; resume without it")
@@ -139,13 +142,13 @@ def main(argv=None, cleanup=None):
         if batch_size is not None and requested is None:
             print(f"the activations of all {len(ds.x)} images do not fit in the available "
                   f"memory: {batch_size} images per step")
+        recorded = {"batch_size": batch_size, "seed": seed, "lr": schedule.lr,
+                    "initializer": None if args.init else schedule.initializer,
+                    "init": args.init}
         if backup is not None:
             if not ckpt.exists() and cleanup is not None:
                 cleanup.append(ckpt)  # removed on failure unless it holds a checkpoint by then
             ckpt.mkdir(parents=True, exist_ok=True)
-            recorded = {"batch_size": batch_size, "seed": seed, "lr": schedule.lr,
-                        "initializer": None if args.init else schedule.initializer,
-                        "init": args.init}
             run_file.write_text(json.dumps(recorded))
     schedule = dataclasses.replace(schedule, batch_size=batch_size or len(ds.x))  # as decided
     configure_runtime(seed)
@@ -161,24 +164,21 @@ def main(argv=None, cleanup=None):
     meta = {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
         "n_samples": len(ds.x), "seed": seed,
-        # The run's first rate (final_lr: its last); after a resume, what the checkpoint's
-        # run.json recorded (None where it predates that).
-        "lr": recorded.get("lr") if args.resume else schedule.lr,
+        # The run's start: first rate (final_lr: its last) and initializer; after a resume, as
+        # the checkpoint's run.json recorded them (None where it predates that).
+        "lr": recorded["lr"],
         "batch_size": batch_size,  # None: the whole set every step
         "max_steps": schedule.max_steps, "patience": schedule.patience,
         "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
         "target": schedule.target,
-        "initializer": (recorded.get("initializer") if args.resume
-                        else None if args.init else schedule.initializer),
+        "initializer": recorded["initializer"],
         "steps": info["steps"], "best_step": info["best_step"], "final_lr": info["final_lr"],
         # On a resume, the command is this process's; the steps before it ran with the
         # options of the process that wrote the checkpoint.
         "resumed_at_step": resumed_at,
         # A warm start: the steps above come on top of the initial file's (after a resume,
         # its path only).
-        "init": ({"path": args.init, "metadata": init_meta} if args.init else
-                 {"path": recorded["init"], "metadata": None} if args.resume and recorded["init"]
-                 else None),
+        "init": {"path": recorded["init"], "metadata": init_meta} if recorded["init"] else None,
         "activation_scale": schedule.activation_scale,
         "activation_factors": info["activation_factors"],
         "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],

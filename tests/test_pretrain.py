@@ -208,6 +208,6 @@ def test_shipped_autoencoder_meets_the_reconstruction_bar(name, shared_data, tf1
     original = relative_error(load_tf1_checkpoint(tf1_ckpts["coil20" if name == "toy" else name],
                                                   arch), x)
     assert err <= 1.2 * original
-    if meta.get("activation_scale"):  # rescaled after training (none shipped is, since session 22)
+    if meta.get("activation_scale"):  # rescaled after training: the recorded scale holds
         np.testing.assert_allclose(hidden_activation_means(ours, x), meta["activation_scale"],
                                    rtol=1e-3)
