@@ -82,7 +82,7 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), ae_sources=True, m
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
                    default=list(datasets), metavar="NAME",
                    help=f"datasets (default: {' '.join(datasets)}; any of {', '.join(DATASETS)})")
-    p.add_argument("--seeds", nargs="+", type=int, default=None, metavar="S",
+    p.add_argument("--seeds", nargs="+", type=cli.seed_arg, default=None, metavar="S",
                    help=f"seeds of the clustering (and of he_normal starts); default "
                         f"{' '.join(map(str, seeds))}")
     p.set_defaults(default_seeds=list(seeds))

@@ -25,7 +25,7 @@ from mesc_tf import cli  # noqa: E402
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_dataset_arg(p)
-    p.add_argument("--seed", type=int,
+    p.add_argument("--seed", type=cli.seed_arg,
                    help="seed of the initialisation and of the minibatch order (default 0)")
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--batch-size", type=int, metavar="B",

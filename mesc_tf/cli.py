@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS
+from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS, check_seed
 from mesc_tf.errors import MescError
 
 
@@ -22,6 +22,14 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+
+def seed_arg(text) -> int:
+    """argparse type of a seed: a whole number NumPy can be seeded with."""
+    try:
+        return check_seed(text, "a seed")
+    except MescError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_settings_args(p):

@@ -17,6 +17,7 @@ The method presets of the paper's tables are derived from these two in :func:`me
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -162,6 +163,21 @@ class DatasetConfig:
     # None: the mesc settings on the coupled graph.
     coupled: Settings | None = None
     extra: dict = field(default_factory=dict)
+
+
+# Seeds go to NumPy's legacy generator (through keras.utils.set_random_seed), which takes 0..2³²−1.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed, what="seed") -> int:
+    """``seed`` (an int, or its text) as an int; a MescError unless 0 <= seed <= MAX_SEED."""
+    try:
+        value = int(seed) if isinstance(seed, str) else operator.index(seed)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 0 <= value <= MAX_SEED:
+        raise MescError(f"{what} must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
+    return value
 
 
 def _check_choice(what, value, choices):

@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from mesc_tf.config import Architecture, Pretrain, Settings
+from mesc_tf.config import Architecture, Pretrain, Settings, check_seed
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError
 
@@ -188,7 +188,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if rs is None:
             return None
         if _is_int(rs):
-            return int(rs)
+            return check_seed(rs, "random_state")
         if isinstance(rs, np.random.RandomState):
             return int(check_random_state(rs).randint(2**31 - 1))
         raise MescError(f"random_state must be None, an int or a numpy RandomState, got {rs!r}")

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mesc_tf.config import Settings
+from mesc_tf.config import Settings, check_seed
 from mesc_tf.errors import MescError
 
 # Fields that change the fine-tuning (and so need their own training) ...
@@ -119,6 +119,9 @@ def expand_grid(base: Settings, grid: dict[str, list]) -> list[Settings]:
             for combo in itertools.product(*(grid[f] for f in fields))]
 
 
+MAX_RANGE = 100_000  # values one 'lo-hi' may expand to (a larger one is a typo)
+
+
 def parse_int_list(spec, what="seeds") -> list[int]:
     """'0,1,2' or '0-4' (or a list of such) → [0, 1, 2]; de-duplicated, order kept."""
     tokens = [spec] if isinstance(spec, str) else list(spec)
@@ -126,9 +129,16 @@ def parse_int_list(spec, what="seeds") -> list[int]:
     for tok in (t for s in tokens for t in str(s).replace(",", " ").split()):
         lo, dash, hi = tok.partition("-")
         try:
-            out.extend(range(int(lo), int(hi) + 1) if dash and lo else [int(tok)])
+            ends = [int(lo), int(hi)] if dash and lo else [int(tok)]
         except ValueError:
             raise MescError(f"--{what}: {tok!r} is not a whole number or a range like 0-4") from None
+        if what == "seeds":
+            ends = [check_seed(v, "--seeds: a seed") for v in ends]
+        if ends[-1] < ends[0]:
+            raise MescError(f"--{what}: {tok!r} is an empty range; write the smaller end first")
+        if ends[-1] - ends[0] >= MAX_RANGE:
+            raise MescError(f"--{what}: {tok!r} spans more than {MAX_RANGE} values")
+        out.extend(range(ends[0], ends[-1] + 1))
     if not out:
         raise MescError(f"--{what}: give at least one value, e.g. 0,1,2")
     return list(dict.fromkeys(out))

@@ -172,6 +172,7 @@ def bad_fits():
     yield "reg2 type", MESCClustering(2, reg2="big"), x, "parameter"
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
     yield "random_state", MESCClustering(2, random_state="seed"), x, "random_state"
+    yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"
     yield "image_shape", MESCClustering(2, image_shape=(8, 9)), x, "architecture expects 8x9"
     yield "weights file", MESCClustering(2, weights="/nonexistent/ae.h5"), x, "not found"
 

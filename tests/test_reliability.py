@@ -211,6 +211,8 @@ RUN_CASES = {
     "zero-lr": (lambda f: [*ORL, "--lr", "0", *_data("orl")(f)], ["--lr must be > 0"]),
     "nan-lr": (lambda f: [*ORL, "--lr", "nan", *_data("orl")(f)], ["--lr must be > 0"]),
     "non-number-epochs": (lambda f: ["--dataset", "orl", "--epochs", "ten"], ["invalid int"]),
+    "negative-seed": (lambda f: [*ORL, "--seed", "-1"], ["--seed", "from 0 to 4294967295"]),
+    "seed-too-large": (lambda f: [*ORL, "--seed", "4294967296"], ["got '4294967296'"]),
     "checkpoint-every-0": (lambda f: [*ORL, "--checkpoint-every", "0"], [">= 1"]),
     "out-not-writable": (lambda f: [*ORL, *_data("orl")(f), "--out", f["a_file"] / "sub"],
                          ["not writable", "a_file"]),

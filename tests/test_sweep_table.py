@@ -41,6 +41,24 @@ def test_parse_grid_types_and_order():
     assert sweep.parse_int_list("0-2,5") == [0, 1, 2, 5]
 
 
+@pytest.mark.parametrize("bad, message", [("0,-1", "from 0 to 4294967295, got -1"),
+                                          ("1-4294967296", "got 4294967296"),
+                                          ("0-4294967295", "spans more than"),
+                                          ("4-2", "empty range"), ("a", "not a whole number")])
+def test_bad_seeds_are_one_line(bad, message):
+    with pytest.raises(MescError, match=message) as e:
+        sweep.parse_int_list(bad, "seeds")
+    assert "\n" not in str(e.value) and str(e.value).startswith("--seeds:")
+
+
+def test_table_with_a_bad_seed_writes_nothing(tmp_path, capsys):
+    mod = _script("table")
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--datasets", "orl", "--seeds", "0,-1", "--out", str(tmp_path)])
+    assert e.value.code == 2 and not list(tmp_path.iterdir())
+    assert "--seeds: a seed must be" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad", ["reg1", "reg1=", "nope=1", "reg1=x", "epochs=1.5", "thr=inf",
                                  "reg1=1 reg1=2", "=1"])
 def test_parse_grid_errors_are_one_line(bad):
