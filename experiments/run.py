@@ -22,7 +22,8 @@ def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_dataset_arg(p)
     cli.add_settings_args(p)
-    p.add_argument("--seed", type=cli.seed_arg, default=0, help="seed of every random source (default 0)")
+    p.add_argument("--seed", type=cli.seed_arg, default=0,
+                   help="seed of every random source (default 0)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--weights", help="auto-encoder .h5 (default: pretrained/<dataset>.h5)")
     src.add_argument("--tf1-checkpoint", metavar="PREFIX", help="original TF1 checkpoint "
