@@ -377,7 +377,9 @@ def _csv(choices):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from mesc_tf import cli
+
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])  # one-line errors
     p.add_argument("--datasets", type=_csv(DATASETS), default=list(DATASETS),
                    help=f"comma-separated (default {','.join(DATASETS)})")
     p.add_argument("--repeats", type=int, help="timed fine-tuning steps (default per dataset)")
@@ -394,12 +396,16 @@ def parse_args(argv=None):
     p.add_argument("--e2e", action="store_true",
                    help="first run MNIST-10k end to end (experiments/run.py) and report its peak RSS")
     p.add_argument("--e2e-epochs", type=int, help="fine-tuning steps of the --e2e run (default 127)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="write all figures here")
     # Internal: one dataset in this process, post-clustering the C in --coef-file if given.
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--coef-file", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name, low in (("repeats", 1), ("warmup", 0), ("e2e_epochs", 0)):
+        if getattr(args, name) is not None and getattr(args, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    return args
 
 
 def _child_argv(args):

@@ -64,11 +64,13 @@ def parse_args(argv=None):
                     "weights and learning rate it had reached; resume without it")
     if args.max_steps == 0 and not args.init:
         p.error("--max-steps 0 trains nothing: give --init H5 to rescale that auto-encoder")
-    for name, ok, need in (("lr", lambda v: v > 0, "> 0"), ("max_steps", lambda v: v >= 0, ">= 0"),
+    inf = float("inf")
+    for name, ok, need in (("lr", lambda v: 0 < v < inf, "a finite number > 0"),
+                           ("max_steps", lambda v: v >= 0, ">= 0"),
                            ("batch_size", lambda v: v >= 1, ">= 1"),
-                           ("activation_scale", lambda v: v >= 0, ">= 0"),
+                           ("activation_scale", lambda v: 0 <= v < inf, "a finite number >= 0"),
                            ("patience", lambda v: v >= 0, ">= 0"),
-                           ("min_delta", lambda v: v >= 0, ">= 0"),
+                           ("min_delta", lambda v: 0 <= v < inf, "a finite number >= 0"),
                            ("lr_patience", lambda v: v >= 0, ">= 0"),
                            ("target", lambda v: 0 <= v < 1, "in [0, 1)")):
         value = getattr(args, name)

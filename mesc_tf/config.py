@@ -17,6 +17,7 @@ The method presets of the paper's tables are derived from these two in :func:`me
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -87,18 +88,21 @@ class Settings:
         _check_choice("regularizer", self.regularizer, REGULARIZERS)
         _check_choice("variant", self.variant, VARIANTS)
         for name in ("reg1", "reg2", "recon_scale"):
-            if not getattr(self, name) >= 0:
-                raise MescError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise MescError(f"--lr must be > 0, got {self.lr}")
+            if not 0 <= getattr(self, name) < math.inf:
+                raise MescError(f"--{name.replace('_', '-')} must be a finite number >= 0, "
+                                f"got {getattr(self, name)}")
+        if not 0 < self.lr < math.inf:
+            raise MescError(f"--lr must be a finite number > 0, got {self.lr}")
+        if not math.isfinite(self.coef_init):
+            raise MescError(f"--coef-init must be a finite number, got {self.coef_init}")
         if int(self.epochs) != self.epochs or self.epochs < 0:
             raise MescError(f"--epochs must be a whole number >= 0, got {self.epochs}")
         if not self.thr > 0:
             raise MescError(f"--thr must be > 0 (1 or more keeps C unchanged), got {self.thr}")
         if int(self.subspace_dim) != self.subspace_dim or self.subspace_dim < 1:
             raise MescError(f"--subspace-dim must be a whole number >= 1, got {self.subspace_dim}")
-        if not self.power > 0:
-            raise MescError(f"--power must be > 0, got {self.power}")
+        if not 0 < self.power < math.inf:
+            raise MescError(f"--power must be a finite number > 0, got {self.power}")
 
     def replace(self, **changes) -> "Settings":
         """A copy with some fields changed (``None`` values are ignored)."""

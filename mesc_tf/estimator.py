@@ -172,15 +172,16 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     def _schedule(self) -> Pretrain:
         s = Pretrain(lr=self.pretrain_lr, max_steps=self.pretrain_steps,
                      patience=self.pretrain_patience, min_delta=self.pretrain_min_delta)
-        if not (isinstance(s.lr, numbers.Real) and s.lr > 0):
-            raise MescError(f"pretrain_lr must be a number > 0, got {s.lr!r}")
+        if not (isinstance(s.lr, numbers.Real) and 0 < s.lr < float("inf")):
+            raise MescError(f"pretrain_lr must be a finite number > 0, got {s.lr!r}")
         if not _is_int(s.max_steps) or s.max_steps < 0:
             raise MescError(f"pretrain_steps must be a whole number >= 0 (0: no pretraining), "
                             f"got {s.max_steps!r}")
         if not _is_int(s.patience) or s.patience < 1:
             raise MescError(f"pretrain_patience must be a whole number >= 1, got {s.patience!r}")
-        if not (isinstance(s.min_delta, numbers.Real) and s.min_delta >= 0):
-            raise MescError(f"pretrain_min_delta must be a number >= 0, got {s.min_delta!r}")
+        if not (isinstance(s.min_delta, numbers.Real) and 0 <= s.min_delta < float("inf")):
+            raise MescError(f"pretrain_min_delta must be a finite number >= 0, "
+                            f"got {s.min_delta!r}")
         return s
 
     def _seed(self):

@@ -79,6 +79,15 @@ def test_spectral_routes_bad_coef_is_one_line(tmp_path):
             proc.stderr
 
 
+def test_bench_bad_options_are_one_line():
+    for argv, needle in ((["--datasets", "foo"], "choose from"), (["--repeats", "0"], ">= 1"),
+                         (["--seed", "-1"], "from 0 to"), (["--warmup", "-2"], ">= 0")):
+        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), *argv],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+
+
 def test_conv_routes_reformulations_agree_with_keras(tmp_path):
     """benchmarks/conv_routes.py's stride-1 rewrites compute Keras' layers (odd sizes included:
     EYaleB 12×11 → 6×6, MNIST 7 → 4), and it writes a row per layer."""

@@ -169,6 +169,8 @@ def bad_fits():
     yield "n_clusters None", MESCClustering(None), x, "n_clusters"
     yield "framework", MESCClustering(2, framework="mixed"), x, "framework"
     yield "lr", MESCClustering(2, lr=-1), x, "lr"
+    yield "power inf", MESCClustering(2, power=np.inf), x, "--power must be a finite number"
+    yield "pretrain_lr inf", MESCClustering(2, pretrain_lr=np.inf), x, "pretrain_lr must be a"
     yield "reg2 type", MESCClustering(2, reg2="big"), x, "parameter"
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
     yield "random_state", MESCClustering(2, random_state="seed"), x, "random_state"

@@ -136,7 +136,7 @@ def test_pretrain_command_checks_the_new_options(capsys):
                          (["--resume", "--initializer", "glorot_uniform"],
                           "--initializer cannot be combined"),
                          (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),
-                         (["--activation-scale", "-1"], "--activation-scale must be >= 0"),
+                         (["--activation-scale", "-1"], "--activation-scale must be a finite"),
                          (["--batch-size", "0"], "--batch-size must be >= 1")):
         with pytest.raises(SystemExit) as e:
             mod.parse_args(["--dataset", "orl", *argv])

@@ -208,8 +208,12 @@ RUN_CASES = {
     "unknown-framework": (lambda f: [*ORL, "--framework", "foo"], ["invalid choice: 'foo'"]),
     "negative-epochs": (lambda f: ["--dataset", "orl", "--epochs", "-1", *_data("orl")(f)],
                         ["--epochs must be a whole number >= 0, got -1"]),
-    "zero-lr": (lambda f: [*ORL, "--lr", "0", *_data("orl")(f)], ["--lr must be > 0"]),
-    "nan-lr": (lambda f: [*ORL, "--lr", "nan", *_data("orl")(f)], ["--lr must be > 0"]),
+    "zero-lr": (lambda f: [*ORL, "--lr", "0", *_data("orl")(f)], ["--lr must be a finite"]),
+    "nan-lr": (lambda f: [*ORL, "--lr", "nan", *_data("orl")(f)], ["--lr must be a finite"]),
+    "inf-reg1": (lambda f: [*ORL, "--reg1", "inf", *_data("orl")(f)], ["--reg1 must be a finite"]),
+    "inf-power": (lambda f: [*ORL, "--power", "inf", *_data("orl")(f)], ["--power must be"]),
+    "nan-coef-init": (lambda f: [*ORL, "--coef-init", "nan", *_data("orl")(f)],
+                      ["--coef-init must be a finite number, got nan"]),
     "non-number-epochs": (lambda f: ["--dataset", "orl", "--epochs", "ten"], ["invalid int"]),
     "negative-seed": (lambda f: [*ORL, "--seed", "-1"], ["--seed", "from 0 to 4294967295"]),
     "seed-too-large": (lambda f: [*ORL, "--seed", "4294967296"], ["got '4294967296'"]),
@@ -393,7 +397,8 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     out = tmp_path / "ae" / "orl.h5"
     # Bad options and unwritable or taken outputs: one line, nothing written.
     for argv, needle in [
-        (["--lr", "0"], "--lr must be > 0"), (["--max-steps", "-1"], "--max-steps must be >= 0"),
+        (["--lr", "0"], "--lr must be a finite number > 0"), (["--lr", "inf"], "got inf"),
+        (["--max-steps", "-1"], "--max-steps must be >= 0"),
         (["--max-steps", "0"], "trains nothing: give --init"),
         (["--checkpoint-every", "0"], ">= 1"), (["--out", files["a_file"] / "x.h5"], "cannot write"),
         (["--out", out, "--resume"], "nothing to resume"),
