@@ -101,6 +101,22 @@ def parse_args(argv=None):
     return args
 
 
+def _check_writable(out):
+    """Fail before any training if the results file cannot be appended to."""
+    from mesc_tf.errors import MescError
+
+    created = not out.exists()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a"):
+            pass
+    except OSError as e:
+        raise MescError(f"cannot write the sweep results {out} ({e.strerror}); pass a writable "
+                        "--out FILE") from None
+    if created:
+        out.unlink()  # the first record creates it again
+
+
 def main(argv=None):
     args = parse_args(argv)
     from mesc_tf import sweep
@@ -140,7 +156,7 @@ def main(argv=None):
     if groups:
         sweep.memory_check(args.dataset, min(args.jobs, len(groups)),
                            max(len(g.steps) for g in groups))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
+        _check_writable(args.out)
         start = time.perf_counter()
         for i, res in enumerate(sweep.run_groups(
                 groups, jobs=args.jobs, threads=args.threads_per_job, dataset=args.dataset,

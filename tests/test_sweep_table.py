@@ -228,6 +228,30 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     assert len(sweep.read_records(out)[0]) == 12
 
 
+def test_unwritable_outputs_fail_before_training(shared_data, toy_weights, tmp_path, capsys,
+                                                 monkeypatch):
+    """--out under a file: one error line before any training, nothing written."""
+    from mesc_tf import cli
+
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    sweep_argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1",
+                  "--grid", "epochs=2", "--out", str(blocker / "toy.jsonl")]
+    table_argv = ["--datasets", "toy", "--methods", "our", "--seeds", "0", "--max-epochs", "2",
+                  "--out", str(blocker / "table")]
+    for name, argv in (("sweep", sweep_argv), ("table", table_argv)):
+        mod = _script(name)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            cli.main_guard(lambda: mod.main(argv))
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert "is not writable" in err or "cannot write" in err, err
+        assert "[1/" not in out  # no training ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
 def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_weights,
                                                              tmp_path, capsys, monkeypatch):
     """A sweep with --coef-cache stores C; a second sweep of other post-clustering settings
