@@ -159,9 +159,10 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
     """Check an image array (and labels) and return it as float32 ``(n, h, w, 1)``.
 
     ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
-    or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values,
-    a label count that is not one per image, fewer images than ``n_clusters``, or labels whose
-    number of distinct classes is not ``n_clusters``. ``where`` names the data in messages.
+    or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values, images
+    that are all zero, a label count that is not one per image, fewer images than
+    ``n_clusters``, or labels whose number of distinct classes is not ``n_clusters``. ``where``
+    names the data in messages.
     """
     x = np.asarray(x)
     if x.dtype.kind not in "biuf":
@@ -188,6 +189,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
         raise MescError(
             f"{where}: images hold {bad} NaN or infinite values; remove or fill them first"
         )
+    if not np.any(x):  # the relative reconstruction error would divide by ‖x‖ = 0
+        raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
+                        "reconstruct or cluster")
     if y is not None:
         y = np.asarray(y).ravel()
         if y.size != n:

@@ -162,6 +162,7 @@ def bad_fits():
     yield "NaN", MESCClustering(2), nan, "NaN"
     yield "inf", MESCClustering(2), np.where(nan != nan, np.inf, x), "infinite"
     yield "strings", MESCClustering(2), x.astype(str), "numbers"
+    yield "all zero", MESCClustering(2), np.zeros_like(x), "every pixel of every image is 0"
     yield "empty", MESCClustering(2), x[:0], "shape"
     yield "n < n_clusters", MESCClustering(7), x, "6 images for 7 clusters"
     yield "n_clusters 0", MESCClustering(0), x, "n_clusters"
