@@ -189,9 +189,6 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
         raise MescError(
             f"{where}: images hold {bad} NaN or infinite values; remove or fill them first"
         )
-    if not np.any(x):  # the relative reconstruction error would divide by ‖x‖ = 0
-        raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
-                        "reconstruct or cluster")
     if y is not None:
         y = np.asarray(y).ravel()
         if y.size != n:
@@ -212,6 +209,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
                 f"{where}: labels hold {np.unique(y).size} distinct classes but n_clusters is "
                 f"{k}; every class needs at least one image (an empty class, or a wrong n_clusters)"
             )
+    if not np.any(x):  # the relative reconstruction error would divide by ‖x‖ = 0
+        raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
+                        "reconstruct or cluster")
     return x[..., None]
 
 
