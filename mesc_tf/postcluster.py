@@ -56,6 +56,8 @@ eigenvalues) and on the released ORL C (empty clusters in discretize), running t
 route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
 64-336 labels and moves ACC by up to 3 points. The fast route's labels there are as valid as the
 reference's, only not the same digits; ``"strict"`` reproduces them at the reference's cost.
+Where ARPACK's shift-invert does not converge at all (an untrained, near-constant C), both
+routes hand the affinity to sklearn's own step, which falls back to LOBPCG, and flag it.
 
 LAPACK's symmetric eigensolver runs with ``EIGH_THREADS`` (1) OpenBLAS threads: its
 tridiagonal reduction is memory-bound BLAS-2 with a sync per column, and 2 threads on a busy
@@ -660,6 +662,14 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     return labels
 
 
+def _spectral_after_arpack_failed(L, n_clusters, seed, info):
+    """The reference spectral step, whose sklearn falls back to LOBPCG where ARPACK fails
+    (degenerate affinities, e.g. a C that has not been trained); the labels are flagged."""
+    info["spectral"] = "sklearn's (ARPACK did not converge; its LOBPCG fallback)"
+    info["ill_posed"] = True
+    return spectral(L, n_clusters, seed)
+
+
 def _post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, timings):
     """post_proC on the thresholded sparse C by the fast route; fills timings."""
     n = Cs.shape[0]
@@ -677,10 +687,14 @@ def _post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, ti
         labels = spectral(L, n_clusters, seed)
     else:
         try:
-            labels = _spectral_inplace(L, n_clusters, seed, info)
-        except _NotPositiveDefinite:
-            labels = _spectral_inplace(_affinity_inplace(U, power), n_clusters, seed, info,
-                                       exact=True)
+            try:
+                labels = _spectral_inplace(L, n_clusters, seed, info)
+            except _NotPositiveDefinite:
+                labels = _spectral_inplace(_affinity_inplace(U, power), n_clusters, seed, info,
+                                           exact=True)
+        except ArpackError:  # ARPACK did not converge (L is overwritten): as sklearn does
+            labels = _spectral_after_arpack_failed(_affinity_inplace(U, power), n_clusters,
+                                                   seed, info)
     t2 = time.perf_counter()
     timings["svd_s"] += t1 - t0
     timings["spectral_s"] += t2 - t1
@@ -730,7 +744,11 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
             t1 = time.perf_counter()
             L = affinity(thrC(C, thr), K, subspace_dim, power, variant)
             t2 = time.perf_counter()
-            labels = _spectral_inplace(L, K, seed, {}, exact=True)
+            try:
+                labels = _spectral_inplace(L, K, seed, {}, exact=True)
+            except ArpackError:  # L is overwritten: build it again
+                L = affinity(thrC(C, thr), K, subspace_dim, power, variant)
+                labels = _spectral_after_arpack_failed(L, K, seed, info)
             timings["svd_s"] += t2 - t1
             timings["spectral_s"] += time.perf_counter() - t2
     if return_timings:

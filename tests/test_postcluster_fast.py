@@ -286,3 +286,26 @@ def test_cholesky_route_goes_first_by_default(monkeypatch):
     assert "Cholesky" in info["spectral"] and "lanczos_products" not in info
     np.testing.assert_array_equal(
         fast, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, method="reference"))
+
+
+def test_arpack_failure_falls_back_as_sklearn_does(monkeypatch):
+    """Where ARPACK's shift-invert does not converge (a C that was never trained gives such a
+    degenerate affinity), sklearn falls back to LOBPCG; the fast and strict routes hand that
+    case to sklearn too instead of raising, and flag it."""
+    from scipy.sparse.linalg import ArpackNoConvergence
+
+    C, y = trained_like(1)
+    ref = pc.cluster(C, 5, 0.2, 4, 2.0, "mesc", seed=0, method="reference")
+    real = pc.eigsh
+
+    def failing(*args, **kwargs):
+        if "sigma" in kwargs:  # the fast spectral step's shift-invert, not the SVD's
+            raise ArpackNoConvergence("no convergence", np.zeros(0), np.zeros((0, 0)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pc, "eigsh", failing)
+    for method in ("fast", "strict"):
+        info = {}
+        labels = pc.cluster(C, 5, 0.2, 4, 2.0, "mesc", seed=0, method=method, info=info)
+        assert info["ill_posed"] and "ARPACK did not converge" in info["spectral"], info
+        np.testing.assert_array_equal(labels, ref)
