@@ -179,9 +179,17 @@ def _parse_sets(p, items, scopes):
             p.error(f"--set {item}: unknown scope {scope!r}; use one of {', '.join(scopes)}")
         kind = type(getattr(defaults, field))
         try:
-            value = kind(float(raw)) if kind in (int, float) else raw
+            value = float(raw) if kind in (int, float) else raw
         except ValueError:
             p.error(f"--set {item}: {field} needs a number")
+        if kind is int:
+            if value != int(value):
+                p.error(f"--set {item}: {field} needs a whole number")
+            value = int(value)
+        try:  # the same checks as the command line's options, before any output exists
+            defaults.replace(**{field: value})
+        except MescError as e:
+            p.error(f"--set {item}: {e}")
         out.append((scope or None, field, value))
     return out
 
