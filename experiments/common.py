@@ -183,7 +183,7 @@ def _parse_sets(p, items, scopes):
         except ValueError:
             p.error(f"--set {item}: {field} needs a number")
         if kind is int:
-            if value != int(value):
+            if not value.is_integer():  # 1.5, inf, nan
                 p.error(f"--set {item}: {field} needs a whole number")
             value = int(value)
         try:  # the same checks as the command line's options, before any output exists

@@ -206,6 +206,7 @@ def test_confusion_counts():
     ("tsne", ["--set", "reg1=abc"], "needs a number"),
     ("ablation", ["--set", "row1.lr=inf"], "--lr must be a finite number > 0"),
     ("convergence", ["--set", "epochs=1.5"], "needs a whole number"),
+    ("convergence", ["--set", "subspace_dim=inf"], "needs a whole number"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
 ])
