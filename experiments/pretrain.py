@@ -38,8 +38,9 @@ def parse_args(argv=None):
                    help="halve the learning rate after this many steps without improvement")
     p.add_argument("--target", type=float,
                    help="stop as soon as the relative error is at most this (0 = never)")
-    p.add_argument("--initializer", choices=("he_normal", "glorot_uniform"),
-                   help="kernel initializer of a fresh auto-encoder")
+    p.add_argument("--initializer", choices=("he_normal", "glorot_uniform", "truncated_normal"),
+                   help="kernel initializer of a fresh auto-encoder (truncated_normal: "
+                   "stddev 0.1, as TF1's tf.truncated_normal)")
     p.add_argument("--activation-scale", type=float, metavar="S",
                    help="finally rescale the weights so that every hidden layer's mean "
                    "|activation| is S; reconstructions do not change (0 = off)")

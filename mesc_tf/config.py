@@ -130,8 +130,9 @@ class Pretrain:
     (Adam's noise floor at a constant rate is what stops the COIL auto-encoders). With
     ``target`` set, training also stops at the first step whose error is ≤ ``target`` (the DSC
     authors stopped "as soon as the reconstructions look reasonable"; we make that a number).
-    ``initializer`` is the Keras kernel initializer of the fresh auto-encoder (the model's
-    he_normal, or glorot_uniform as the DSLSP pretraining scripts used). With
+    ``initializer`` is the kernel initializer of the fresh auto-encoder (the model's
+    he_normal, glorot_uniform as the DSLSP pretraining scripts used, or truncated_normal, TF1's
+    ``tf.truncated_normal(stddev=0.1)``; ``model.KERNEL_INITIALIZERS``). With
     ``activation_scale`` set, the trained weights are finally rescaled so that every hidden
     layer's mean |activation| is that value, which changes no reconstruction
     (``training.rescale_activations``). ``batch_size``: images per step

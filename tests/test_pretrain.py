@@ -53,7 +53,7 @@ def test_target_error_stops_training_early(x):
 
 def test_initializer_option(x):
     stds = {}
-    for init in ("he_normal", "glorot_uniform"):
+    for init in ("he_normal", "glorot_uniform", "truncated_normal"):
         configure_runtime(0)
         ae, _ = pipeline.pretrain(x, ARCH, Pretrain(max_steps=1, initializer=init), verbose=0)
         stds[init] = float(np.std(ae.encoder_layers[1].kernel.numpy()))
@@ -61,6 +61,7 @@ def test_initializer_option(x):
     # (one Adam step of lr 1e-3 barely moves them).
     assert stds["he_normal"] == pytest.approx(np.sqrt(2 / 36), rel=0.25)
     assert stds["glorot_uniform"] == pytest.approx(np.sqrt(2 / 90), rel=0.25)
+    assert stds["truncated_normal"] == pytest.approx(0.088, rel=0.25)  # 0.1 truncated at 2σ
 
 
 def test_minibatches_take_each_pass_in_a_new_order_and_resume_exactly():
