@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import INITIALIZERS  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -38,7 +39,7 @@ def parse_args(argv=None):
                    help="halve the learning rate after this many steps without improvement")
     p.add_argument("--target", type=float,
                    help="stop as soon as the relative error is at most this (0 = never)")
-    p.add_argument("--initializer", choices=("he_normal", "glorot_uniform", "truncated_normal"),
+    p.add_argument("--initializer", choices=INITIALIZERS,
                    help="kernel initializer of a fresh auto-encoder (truncated_normal: "
                    "stddev 0.1, as TF1's tf.truncated_normal)")
     p.add_argument("--activation-scale", type=float, metavar="S",

@@ -84,7 +84,7 @@ def parse_args(argv=None):
 
     try:  # bad grids and seeds are usage errors: one line, exit status 2
         args.grid = sweep.parse_grid(args.grid)
-        args.seeds = sweep.parse_int_list(args.seeds, "seeds")
+        args.seeds = sweep.parse_seeds(args.seeds)
     except MescError as e:
         p.error(str(e))
     if args.coef_cache:

@@ -107,7 +107,7 @@ def parse_args(argv=None):
         args.explicit = args.datasets is not None
         args.datasets = _names(args.datasets or PAPER_DATASETS, list(DATASETS), "dataset")
         args.methods = _names(args.methods, METHODS, "method")
-        args.seeds = sweep.parse_int_list(args.seeds, "seeds")
+        args.seeds = sweep.parse_seeds(args.seeds)
         args.weights = _per_dataset(args.weights, "weights")
         args.tf1_checkpoint = _per_dataset(args.tf1_checkpoint, "tf1-checkpoint")
     except (ValueError, MescError) as e:

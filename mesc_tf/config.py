@@ -30,6 +30,13 @@ REGULARIZERS = ("entropy", "l1", "l2", "nuclear")
 # How C is pre-treated before the SVD in post_proC (reference-facts §3.2).
 VARIANTS = ("mesc", "dsc", "dsc_diag")
 METHODS = ("our", "our_wo_net", "dsc_l1", "dsc_l2")
+# Kernel initializers of a fresh auto-encoder (Pretrain.initializer; model.ConvAutoEncoder).
+INITIALIZERS = ("he_normal", "glorot_uniform", "truncated_normal")
+
+
+def _check_choice(what, value, choices):
+    if value not in choices:
+        raise MescError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,7 @@ class Pretrain:
     authors stopped "as soon as the reconstructions look reasonable"; we make that a number).
     ``initializer`` is the kernel initializer of the fresh auto-encoder (the model's
     he_normal, glorot_uniform as the DSLSP pretraining scripts used, or truncated_normal, TF1's
-    ``tf.truncated_normal(stddev=0.1)``; ``model.KERNEL_INITIALIZERS``). With
+    ``tf.truncated_normal(stddev=0.1)``; :data:`INITIALIZERS`). With
     ``activation_scale`` set, the trained weights are finally rescaled so that every hidden
     layer's mean |activation| is that value, which changes no reconstruction
     (``training.rescale_activations``). ``batch_size``: images per step
@@ -149,6 +156,9 @@ class Pretrain:
     initializer: str = "he_normal"
     activation_scale: float | None = None
     batch_size: int | None = None
+
+    def __post_init__(self):
+        _check_choice("initializer", self.initializer, INITIALIZERS)
 
     def replace(self, **changes) -> "Pretrain":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -183,11 +193,6 @@ def check_seed(seed, what="seed") -> int:
     if value is None or not 0 <= value <= MAX_SEED:
         raise MescError(f"{what} must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
     return value
-
-
-def _check_choice(what, value, choices):
-    if value not in choices:
-        raise MescError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
 
 
 # Released MESC COIL40 settings (reference-facts §1.4): the template for the other datasets.

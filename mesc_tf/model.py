@@ -31,23 +31,14 @@ def transposed_output_padding(size_in, size_out):
     return None if all(p == 1 for p in pads) else pads
 
 
-# Kernel initializers of a fresh auto-encoder, by name. "truncated_normal" is TF1's
-# tf.truncated_normal(shape, stddev=0.1) (Keras' own default stddev is 0.05).
-KERNEL_INITIALIZERS = {
-    "he_normal": lambda: "he_normal",
-    "glorot_uniform": lambda: "glorot_uniform",
-    "truncated_normal": lambda: keras.initializers.TruncatedNormal(stddev=0.1),
-}
-
-
 class ConvAutoEncoder(keras.Model):
     """The convolutional auto-encoder of DSC-Net / MESC-Net for one Architecture."""
 
     def __init__(self, arch: Architecture, kernel_initializer="he_normal", **kwargs):
         super().__init__(**kwargs)
         self.arch = arch
-        if isinstance(kernel_initializer, str) and kernel_initializer in KERNEL_INITIALIZERS:
-            kernel_initializer = KERNEL_INITIALIZERS[kernel_initializer]()
+        if kernel_initializer == "truncated_normal":  # TF1's stddev, not Keras' 0.05
+            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.1)
         conv = dict(strides=2, padding="same", activation="relu",
                     kernel_initializer=kernel_initializer, bias_initializer="zeros")
         self.encoder_layers = [

@@ -122,8 +122,9 @@ def expand_grid(base: Settings, grid: dict[str, list]) -> list[Settings]:
 MAX_RANGE = 100_000  # values one 'lo-hi' may expand to (a larger one is a typo)
 
 
-def parse_int_list(spec, what="seeds") -> list[int]:
-    """'0,1,2' or '0-4' (or a list of such) → [0, 1, 2]; de-duplicated, order kept."""
+def parse_seeds(spec) -> list[int]:
+    """'0,1,2' or '0-4' (or a list of such) → [0, 1, 2]; de-duplicated, order kept; each a
+    seed NumPy takes (config.check_seed)."""
     tokens = [spec] if isinstance(spec, str) else list(spec)
     out = []
     for tok in (t for s in tokens for t in str(s).replace(",", " ").split()):
@@ -131,16 +132,15 @@ def parse_int_list(spec, what="seeds") -> list[int]:
         try:
             ends = [int(lo), int(hi)] if dash and lo else [int(tok)]
         except ValueError:
-            raise MescError(f"--{what}: {tok!r} is not a whole number or a range like 0-4") from None
-        if what == "seeds":
-            ends = [check_seed(v, "--seeds: a seed") for v in ends]
+            raise MescError(f"--seeds: {tok!r} is not a whole number or a range like 0-4") from None
+        ends = [check_seed(v, "--seeds: a seed") for v in ends]
         if ends[-1] < ends[0]:
-            raise MescError(f"--{what}: {tok!r} is an empty range; write the smaller end first")
+            raise MescError(f"--seeds: {tok!r} is an empty range; write the smaller end first")
         if ends[-1] - ends[0] >= MAX_RANGE:
-            raise MescError(f"--{what}: {tok!r} spans more than {MAX_RANGE} values")
+            raise MescError(f"--seeds: {tok!r} spans more than {MAX_RANGE} values")
         out.extend(range(ends[0], ends[-1] + 1))
     if not out:
-        raise MescError(f"--{what}: give at least one value, e.g. 0,1,2")
+        raise MescError("--seeds: give at least one value, e.g. 0,1,2")
     return list(dict.fromkeys(out))
 
 

@@ -62,6 +62,8 @@ def test_initializer_option(x):
     assert stds["he_normal"] == pytest.approx(np.sqrt(2 / 36), rel=0.25)
     assert stds["glorot_uniform"] == pytest.approx(np.sqrt(2 / 90), rel=0.25)
     assert stds["truncated_normal"] == pytest.approx(0.088, rel=0.25)  # 0.1 truncated at 2σ
+    with pytest.raises(MescError, match="unknown initializer 'zeros'"):
+        Pretrain(initializer="zeros")
 
 
 def test_minibatches_take_each_pass_in_a_new_order_and_resume_exactly():

@@ -38,7 +38,7 @@ def test_parse_grid_types_and_order():
     assert isinstance(grid["epochs"][0], int) and isinstance(grid["reg1"][1], float)
     assert sweep.parse_grid(["reg1=1", "subspace-dim=3,4"]) == {"reg1": [1.0], "subspace_dim": [3, 4]}
     assert sweep.parse_grid("") == {}
-    assert sweep.parse_int_list("0-2,5") == [0, 1, 2, 5]
+    assert sweep.parse_seeds("0-2,5") == [0, 1, 2, 5]
 
 
 @pytest.mark.parametrize("bad, message", [("0,-1", "from 0 to 4294967295, got -1"),
@@ -47,7 +47,7 @@ def test_parse_grid_types_and_order():
                                           ("4-2", "empty range"), ("a", "not a whole number")])
 def test_bad_seeds_are_one_line(bad, message):
     with pytest.raises(MescError, match=message) as e:
-        sweep.parse_int_list(bad, "seeds")
+        sweep.parse_seeds(bad)
     assert "\n" not in str(e.value) and str(e.value).startswith("--seeds:")
 
 
