@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import POST_METHODS  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -29,6 +30,9 @@ def parse_args(argv=None):
     src.add_argument("--tf1-checkpoint", metavar="PREFIX", help="original TF1 checkpoint "
                      "prefix, or 'original' for the authors' checkpoint of the dataset")
     src.add_argument("--no-pretrain", action="store_true", help="start from he_normal weights")
+    p.add_argument("--post-method", choices=POST_METHODS, default=POST_METHODS[0],
+                   help="post-clustering route: fast (default), strict (the released code's "
+                   "labels where fast's may differ), reference (the released numerics)")
     p.add_argument("--save-coef", metavar="PATH", help="save C after the last step (.npy, float32)")
     p.add_argument("--out", help="run directory (default: runs/<dataset>-...-<time>)")
     p.add_argument("--force", action="store_true", help="overwrite a finished run in --out")
@@ -93,15 +97,20 @@ def main(argv=None, cleanup=None):
     result = pipeline.run(
         ds.x, ds.y, ds.n_clusters, settings, ae, seed=args.seed, verbose=0 if args.quiet else 1,
         log_dir=out / "tb" if args.tensorboard else None, backup_dir=backup,
-        checkpoint_every=args.checkpoint_every, jit_compile=args.jit)
+        checkpoint_every=args.checkpoint_every, jit_compile=args.jit,
+        post_method=args.post_method)
     if args.save_coef:
         cli.save_npy(args.save_coef, result["coef"])
     m = result["metrics"]
     print("  ".join(f"{k.upper()} {v:.4f}" for k, v in m.items()))
+    note = pipeline.empty_clusters_note(result["postcluster"], ds.n_clusters)
+    if note:
+        print("note:", note)
     cli.write_json(out / "results.json", {
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
         "seed": args.seed, "settings": settings.to_dict(), "autoencoder": ae_source,
         "metrics": m, "timings": {"load_s": load_s, **result["timings"]},
+        "postcluster": result["postcluster"],
         "final_losses": {k: float(v[-1]) for k, v in result["history"].items() if len(v)},
         "command": " ".join(sys.argv), "versions": cli.versions(),
     })

@@ -29,6 +29,8 @@ FRAMEWORKS = ("decoupled", "coupled")
 REGULARIZERS = ("entropy", "l1", "l2", "nuclear")
 # How C is pre-treated before the SVD in post_proC (reference-facts §3.2).
 VARIANTS = ("mesc", "dsc", "dsc_diag")
+# Post-clustering routes (postcluster.cluster's method; the first is the default).
+POST_METHODS = ("fast", "strict", "reference")
 METHODS = ("our", "our_wo_net", "dsc_l1", "dsc_l2")
 # Kernel initializers of a fresh auto-encoder (Pretrain.initializer; model.ConvAutoEncoder).
 INITIALIZERS = ("he_normal", "glorot_uniform", "truncated_normal")

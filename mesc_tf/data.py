@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,12 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
     if not np.any(x):  # the relative reconstruction error would divide by ‖x‖ = 0
         raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
                         "reconstruct or cluster")
+    negative = np.count_nonzero(x < 0)
+    if negative:  # e.g. standardised images: the decoder's last ReLU cannot reach them
+        warnings.warn(f"{where}: {100 * negative / x.size:.3g}% of the pixels are negative, but "
+                      "the auto-encoder ends in a ReLU (as the released code's does) and "
+                      "reconstructs only values >= 0; shift the images to be non-negative, "
+                      "e.g. scale them to [0, 1]", UserWarning, stacklevel=3)
     return x[..., None]
 
 

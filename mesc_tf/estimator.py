@@ -9,7 +9,8 @@ with :func:`mesc_tf.training.configure_runtime`, loads the auto-encoder from ``w
 ``run.py --weights``) or pretrains one on ``X`` with :func:`mesc_tf.pipeline.pretrain` (as
 ``pretrain.py``), then calls :func:`mesc_tf.pipeline.run` (fine-tuning + thrC + post_proC +
 spectral clustering). For the same images, settings, weights and seed it therefore gives the
-same C and labels as the command line, bit for bit on CPU.
+same C and labels as the command line, bit for bit on CPU (the labels where the spectral step
+is well-posed: ``postcluster_info_``).
 
 Subspace clustering is transductive: it clusters the images it is fitted on and has no
 ``predict`` for new images (fit again on the union instead).
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from mesc_tf.config import Architecture, Pretrain, Settings, check_seed
+from mesc_tf.config import POST_METHODS, Architecture, Pretrain, Settings, check_seed
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError
 
@@ -69,6 +71,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     thr, subspace_dim, power, variant : post-clustering settings
         thrC ratio ρ, post_proC d (SVD rank d·K + 1, clipped to n − 1), post_proC exponent and
         pre-treatment of C ('mesc', 'dsc' or 'dsc_diag'); see :mod:`mesc_tf.postcluster`.
+    post_method : {'fast', 'strict', 'reference'}, default='fast'
+        Post-clustering route: 'fast' computes the released code's steps with cheaper
+        numerics; 'strict' also returns the released code's own labels where the spectral
+        step is ill-posed (``postcluster_info_['ill_posed']``); 'reference' runs the released
+        numerics throughout (slow for large n).
     kernels, channels : int or sequence of int, default=None
         Encoder layers (one stride-2 'same' conv per pair). ``None`` (both) picks
         :func:`default_architecture` for the image size, or the architecture stored in
@@ -117,6 +124,12 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         ``None`` when ``weights`` was given or ``pretrain_steps=0``.
     weights_source_ : str
         Where the starting auto-encoder came from.
+    postcluster_info_ : dict
+        The post-clustering solvers used; ``ill_posed``: the spectral step is near a tie
+        (repeated Laplacian eigenvalues, or in discretize), where rounding can renumber or move
+        labels, in the released code's route as well (often set on well-clustered C's too);
+        ``clusters_found``: the non-empty clusters (spectral clustering can leave some empty;
+        ``fit`` then warns).
     timings_ : dict
         Seconds spent pretraining, fine-tuning and post-clustering.
     """
@@ -126,7 +139,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                  lr=Settings.lr, epochs=Settings.epochs, coef_init=Settings.coef_init,
                  recon_scale=Settings.recon_scale, thr=Settings.thr,
                  subspace_dim=Settings.subspace_dim, power=Settings.power,
-                 variant=Settings.variant, kernels=None, channels=None, weights=None,
+                 variant=Settings.variant, post_method="fast", kernels=None, channels=None,
+                 weights=None,
                  pretrain_lr=Pretrain.lr, pretrain_steps=Pretrain.max_steps,
                  pretrain_patience=Pretrain.patience, pretrain_min_delta=Pretrain.min_delta,
                  image_shape=None, random_state=0, verbose=0):
@@ -143,6 +157,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         self.subspace_dim = subspace_dim
         self.power = power
         self.variant = variant
+        self.post_method = post_method
         self.kernels = kernels
         self.channels = channels
         self.weights = weights
@@ -261,6 +276,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
         k = self._n_clusters()
         settings = self._settings()
+        if self.post_method not in POST_METHODS:
+            raise MescError(f"post_method must be one of {', '.join(POST_METHODS)}, "
+                            f"got {self.post_method!r}")
         schedule = self._schedule() if self.weights is None else None
         seed = self._seed()
         if self.weights is not None and self.kernels is None and self.channels is None:
@@ -290,7 +308,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if self.verbose:
             print(f"MESCClustering: {len(x)} images {x.shape[1:3]}, {k} clusters; "
                   f"auto-encoder: {source}")
-        result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=self.verbose)
+        result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=self.verbose,
+                              post_method=self.post_method)
+        note = pipeline.empty_clusters_note(result["postcluster"], k)
+        if note:
+            warnings.warn(f"MESCClustering: {note}", UserWarning, stacklevel=2)
 
         self.labels_ = np.asarray(result["labels"], dtype=np.int64)
         self.affinity_ = np.asarray(result["coef"], dtype=np.float32)
@@ -303,6 +325,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         self.history_ = result["history"]
         self.pretrain_info_ = pretrain_info
         self.weights_source_ = source
+        self.postcluster_info_ = result["postcluster"]
         self.timings_ = {**timings, **result["timings"]}
         return self
 

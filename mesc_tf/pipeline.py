@@ -222,15 +222,38 @@ def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, ba
     return model, history, seconds
 
 
-def cluster(coef, n_clusters: int, settings: Settings, seed=0):
-    """thrC + post_proC + spectral clustering on C. Returns (labels 0..K-1, timings dict)."""
+def cluster(coef, n_clusters: int, settings: Settings, seed=0, method=None, info=None):
+    """thrC + post_proC + spectral clustering on C. Returns (labels 0..K-1, timings dict).
+
+    ``method`` and ``info`` as in :func:`mesc_tf.postcluster.cluster` ("fast" by default;
+    ``info`` receives the solvers used and ``ill_posed``)."""
     return postcluster.cluster(np.asarray(coef), n_clusters, thr=settings.thr,
                                subspace_dim=settings.subspace_dim, power=settings.power,
-                               variant=settings.variant, seed=seed, return_timings=True)
+                               variant=settings.variant, seed=seed, return_timings=True,
+                               method=method, info=info)
 
 
-def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1, **fit_kwargs):
-    """Fine-tune, cluster and (if labels ``y`` are given) score. Returns a result dict."""
+def empty_clusters_note(info, n_clusters):
+    """A warning when spectral clustering left clusters empty (``run``'s ``postcluster``), or
+    None."""
+    found = info.get("clusters_found", n_clusters)
+    if found >= n_clusters:
+        return None
+    return (f"spectral clustering left {n_clusters - found} of the {n_clusters} clusters empty "
+            f"(the labels use {found}): C does not separate that many groups; train longer, or "
+            "check n_clusters")
+
+
+def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
+        post_method=None, **fit_kwargs):
+    """Fine-tune, cluster and (if labels ``y`` are given) score. Returns a result dict.
+
+    ``post_method``: the post-clustering route (:data:`mesc_tf.postcluster.METHODS`; default
+    "fast"). The result's ``postcluster`` dict says which solvers ran, whether the spectral
+    step was ill-posed and how many clusters are non-empty (:func:`empty_clusters_note`)."""
+    if post_method is not None and post_method not in postcluster.METHODS:
+        raise MescError(f"unknown post-clustering method {post_method!r}; choose one of "
+                        f"{', '.join(postcluster.METHODS)}")
     model, history, train_s = fine_tune(x, settings, autoencoder, verbose=verbose, **fit_kwargs)
     coef = model.coef.numpy()
     steps = int(model.optimizer.iterations.numpy())
@@ -240,11 +263,17 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
     del model
     gc.collect()
     start = time.perf_counter()
-    labels, post_timings = cluster(coef, n_clusters, settings, seed=seed)
+    info = {}
+    labels, post_timings = cluster(coef, n_clusters, settings, seed=seed, method=post_method,
+                                   info=info)
     post_s = time.perf_counter() - start
+    info["clusters_found"] = int(np.unique(labels).size)  # discretize can leave clusters empty
+    info = {k: None if isinstance(v, float) and not np.isfinite(v) else v  # JSON-safe (K = 1)
+            for k, v in info.items()}
     return {
         "coef": coef,
         "labels": labels,
+        "postcluster": info,
         "history": history,
         "metrics": evaluate(y, labels) if y is not None else None,
         "timings": {"train_s": train_s, "post_s": post_s, **post_timings,

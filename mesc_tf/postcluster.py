@@ -78,11 +78,10 @@ from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh, svds
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
-from mesc_tf.config import VARIANTS
+from mesc_tf.config import POST_METHODS as METHODS, VARIANTS
 from mesc_tf.errors import MescError
 
-METHODS = ("fast", "strict", "reference")
-DEFAULT_METHOD = "fast"  # what cluster() and the pipeline use; see the module docstring
+DEFAULT_METHOD = METHODS[0]  # "fast": what cluster() and the pipeline use; see the docstring
 # OpenBLAS threads for LAPACK's symmetric eigensolver (None: the library's default).
 EIGH_THREADS: int | None = 1
 # Above this n the spectral step's shift-invert uses a Cholesky factor (half the flops of

@@ -13,7 +13,7 @@ from sklearn.base import clone
 from sklearn.utils import estimator_checks
 
 import mesc_tf
-from mesc_tf import MESCClustering, save_autoencoder
+from mesc_tf import MESCClustering, pipeline, save_autoencoder
 from mesc_tf.config import Architecture, Pretrain, Settings, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.estimator import default_architecture
@@ -178,6 +178,7 @@ def bad_fits():
     yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"
     yield "image_shape", MESCClustering(2, image_shape=(8, 9)), x, "architecture expects 8x9"
     yield "weights file", MESCClustering(2, weights="/nonexistent/ae.h5"), x, "not found"
+    yield "post_method", MESCClustering(2, post_method="exact"), x, "post_method must be one of"
 
 
 @pytest.mark.parametrize("case", list(bad_fits()), ids=lambda c: c[0])
@@ -223,6 +224,9 @@ def test_fitted_attributes(fitted, images):
     assert fitted.pretrain_info_["steps"] <= SMALL["pretrain_steps"]
     assert fitted.weights_source_.startswith("pretrained on X")
     assert {"pretrain_s", "train_s", "post_s"} <= set(fitted.timings_)
+    info = fitted.postcluster_info_
+    assert info["method"] == "fast" and info["clusters_found"] == 3
+    assert isinstance(info["ill_posed"], bool) and info["svd"] == "dense eigh of CᵀC"
     codes = fitted.encode(x)
     assert codes.shape == (n, 2 * 2 * 30) and codes.dtype == np.float32
     ae = fitted.encoder_
@@ -230,6 +234,26 @@ def test_fitted_attributes(fitted, images):
     # 2-D rows with image_shape are the same images.
     flat = clone(fitted).set_params(image_shape=(16, 16))
     np.testing.assert_array_equal(flat._validate_images(x.reshape(n, 256)), x[..., None])
+
+
+def test_fit_warns_when_clusters_are_left_empty(images, monkeypatch):
+    real = pipeline.cluster
+
+    def merge_two_clusters(*args, **kwargs):  # as sklearn's discretize can leave one empty
+        labels, timings = real(*args, **kwargs)
+        return np.minimum(labels, 1), timings
+
+    monkeypatch.setattr(pipeline, "cluster", merge_two_clusters)
+    est = MESCClustering(3, epochs=2, pretrain_steps=0, thr=0.2, subspace_dim=3, power=1.0)
+    with pytest.warns(UserWarning, match="left 1 of the 3 clusters empty"):
+        est.fit(images[0])
+    assert est.postcluster_info_["clusters_found"] == 2
+
+
+def test_negative_pixels_warn(images):
+    with pytest.warns(UserWarning, match=r"50% of the pixels are negative.*ReLU"):
+        MESCClustering(3)._validate_images(np.where(np.arange(8)[:, None] < 4, -1.0, 1.0)[None]
+                                           .repeat(3, 0))
 
 
 def test_pickle_and_deepcopy_keep_the_fit(fitted, images):

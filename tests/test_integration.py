@@ -64,9 +64,29 @@ def test_synthetic_union_of_subspaces(seed=0):
     assert result["metrics"]["acc"] >= 0.9, result["metrics"]
     assert result["timings"]["steps"] == SYNTH.epochs
     assert result["history"]["loss"][-1] < result["history"]["loss"][0]
+    post = result["postcluster"]
+    assert post["method"] == "fast" and post["clusters_found"] == 4
+    assert isinstance(post["ill_posed"], bool) and post["spectral_min_gap"] > 0
+    assert pipeline.empty_clusters_note(post, 4) is None
     untrained, _ = pipeline.cluster(np.full((len(x), len(x)), SYNTH.coef_init, np.float32), 4,
                                     SYNTH, seed=seed)
     assert accuracy(y, untrained) < 0.7
+
+
+def test_postcluster_info_is_json_and_names_empty_clusters():
+    """One cluster: the eigengap is infinite, stored as null; the note counts empty clusters."""
+    from mesc_tf.training import configure_runtime
+
+    configure_runtime(0)
+    x, y = union_of_subspaces(0, n_clusters=1)
+    ae, _ = pipeline.get_autoencoder(TINY, no_pretrain=True)
+    post = pipeline.run(x, y, 1, SYNTH.replace(epochs=2), ae, verbose=0)["postcluster"]
+    assert post["spectral_min_gap"] is None and post["clusters_found"] == 1
+    json.dumps(post, allow_nan=False)
+    assert "left 2 of the 3 clusters empty (the labels use 1)" in pipeline.empty_clusters_note(
+        post, 3)
+    with pytest.raises(MescError, match="unknown post-clustering method 'exact'"):
+        pipeline.run(x, y, 1, SYNTH, ae, post_method="exact")
 
 
 def test_get_autoencoder_needs_a_source():
@@ -108,7 +128,7 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path):
         [sys.executable, str(REPO / "experiments" / "run.py"), "--dataset", "orl",
          "--tf1-checkpoint", str(tf1_ckpts["orl"]), "--epochs", "30", "--lr", "5e-3",
          "--reg2", "0.2", "--seed", "0", "--out", str(out), "--save-coef", str(tmp_path / "C.npy"),
-         "--quiet"],
+         "--post-method", "strict", "--quiet"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ACC" in proc.stdout and str(out / "results.json") in proc.stdout
@@ -124,4 +144,7 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path):
     assert saved["settings"]["framework"] == "decoupled"
     assert "TF1 checkpoint" in saved["autoencoder"]
     assert set(saved["final_losses"]) == {"loss", "recon", "reg", "selfexp"}
+    post = saved["postcluster"]
+    assert post["method"] == "strict" and isinstance(post["ill_posed"], bool)
+    assert 1 <= post["clusters_found"] <= 40
     assert np.load(tmp_path / "C.npy").shape == (400, 400)

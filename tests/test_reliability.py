@@ -206,6 +206,8 @@ RUN_CASES = {
                                ["kernels (3, 3, 3)", "needs (3,)"]),
     "unknown-dataset": (lambda f: ["--dataset", "foo"], ["invalid choice: 'foo'", "--help"]),
     "unknown-framework": (lambda f: [*ORL, "--framework", "foo"], ["invalid choice: 'foo'"]),
+    "unknown-post-method": (lambda f: [*ORL, "--post-method", "exact"],
+                            ["--post-method", "invalid choice: 'exact'"]),
     "negative-epochs": (lambda f: ["--dataset", "orl", "--epochs", "-1", *_data("orl")(f)],
                         ["--epochs must be a whole number >= 0, got -1"]),
     "zero-lr": (lambda f: [*ORL, "--lr", "0", *_data("orl")(f)], ["--lr must be a finite"]),
