@@ -4,7 +4,11 @@ Shared by every experiment (MESC and DSC variants). The steps follow the release
 including the orientation of C (reference-facts §4 pitfall 6: thrC works on columns and MESC takes
 the left singular vectors of the unsymmetrised C, so C and Cᵀ give different results) and the
 per-variant diagonal handling (pitfall 7). Nondeterminism (pitfall 5): the SVD start vector is
-fixed by the reference and the spectral step is seeded here, so a run is repeatable for a given C.
+fixed by the reference and the spectral step is seeded here. ARPACK asks for a random vector
+when its Krylov space becomes invariant (near-uniform C's, e.g. after a few steps); SciPy (1.17
+here) draws it from OS entropy unless eigsh is given ``rng``. The fast route gives every eigsh
+call a generator seeded with ``seed`` (``_arpack_rng``), so its labels are repeatable for a
+given C and seed; the reference route, through svds and sklearn, is not on such C's.
 
 Pipeline: ``cluster`` = ``thrC`` → ``affinity`` (pre-treat, truncated SVD, affinity L) →
 ``spectral``. ``post_proC`` is the last two steps, as in the original scripts.
@@ -74,7 +78,7 @@ import time
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh, svds
+from scipy.sparse.linalg import ArpackError, LinearOperator, aslinearoperator, eigsh, svds
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
@@ -305,13 +309,35 @@ def _rank(n_clusters, subspace_dim, n):
     return min(int(subspace_dim) * n_clusters + 1, n - 1)
 
 
-def _svd_embedding(C: np.ndarray, n_clusters: int, subspace_dim: int) -> np.ndarray:
-    """Steps 2-5: rank-r left singular vectors scaled by √σ, rows L2-normalised."""
+def _arpack_rng(seed):
+    """A generator for ARPACK's restart vectors (module docstring), or None for a seed that is
+    not a whole number (then SciPy's default: OS entropy)."""
+    return np.random.default_rng(int(seed)) if isinstance(seed, (int, np.integer)) else None
+
+
+def _svds_seeded(C: np.ndarray, r: int, v0: np.ndarray, rng):
+    """``svds(C, r, v0=v0)`` (its ARPACK path, step by step) with ARPACK's restart vectors
+    drawn from ``rng``: svds does not pass its own ``rng`` on to eigsh."""
+    A = aslinearoperator(C)
+    gram = LinearOperator(C.shape, dtype=C.dtype, matvec=lambda x: A.rmatvec(A.matvec(x)),
+                          matmat=lambda X: A.rmatmat(A.matmat(X)))
+    _, V = eigsh(gram, k=r, tol=0, v0=v0, rng=rng)
+    V, _ = np.linalg.qr(V)
+    u, s, vh = scipy.linalg.svd(A.matmat(V), full_matrices=False, overwrite_a=True)
+    return u[:, ::-1], s[::-1], vh[::-1] @ V.T
+
+
+def _svd_embedding(C: np.ndarray, n_clusters: int, subspace_dim: int, rng=None) -> np.ndarray:
+    """Steps 2-5: rank-r left singular vectors scaled by √σ, rows L2-normalised. ``rng``:
+    ARPACK's restart vectors (``_arpack_rng``); None runs svds itself (the reference)."""
     n = C.shape[0]
     r = _rank(n_clusters, subspace_dim, n)
     # v0 of ones as in the reference: ARPACK's start vector is otherwise random.
     try:
-        U, s, _ = svds(C, r, v0=np.ones(n))
+        if rng is None:
+            U, s, _ = svds(C, r, v0=np.ones(n))
+        else:
+            U, s, _ = _svds_seeded(C, r, np.ones(n), rng)
     except ArpackError:
         # ARPACK stops (e.g. error 3, "no shifts could be applied") on a C with many equal
         # singular values, such as ORL's after 30 steps at lr 1e-4. LAPACK's SVD gives the same
@@ -391,7 +417,7 @@ def _pretreat_sparse(Cs, variant: str) -> sp.csr_array:
     return C
 
 
-def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict):
+def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict, rng=None):
     """Steps 2-5 as svds computes them, with another eigen-solver for CᵀC (see the module
     docstring). Returns the embedding, or None where the rank-r subspace is ill-determined."""
     n = Cs.shape[0]
@@ -415,7 +441,7 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict):
         op = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: Ct @ (Cs @ x),
                             matmat=lambda X: Ct @ (Cs @ X))
         try:
-            w, V = eigsh(op, k=r + 1, tol=0, v0=np.ones(n))
+            w, V = eigsh(op, k=r + 1, tol=0, v0=np.ones(n), rng=rng)
         except ArpackError:
             return None
         info["svd"] = "ARPACK on sparse CᵀC"
@@ -561,7 +587,8 @@ def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30
     return labels, 0.0
 
 
-def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None = None):
+def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None = None,
+                      rng=None):
     """The K smallest eigenpairs of the normalised Laplacian I − M, from ARPACK's Lanczos on
     the largest algebraic eigenvalues of M (tol 0, as sklearn's call). Each step is one
     symmetric product that reads half of M, and nothing is factorised. Returns (λ ascending,
@@ -583,7 +610,8 @@ def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None =
     ncv = min(n - 1, max(3 * K, 30))
     maxiter = max(1, (LANCZOS_MAX_PRODUCTS - ncv) // (ncv - K))
     try:
-        mu, vectors = eigsh(op, k=K, which="LA", tol=0, v0=v0, ncv=ncv, maxiter=maxiter)
+        mu, vectors = eigsh(op, k=K, which="LA", tol=0, v0=v0, ncv=ncv, maxiter=maxiter,
+                            rng=rng)
     except ArpackError:  # ArpackNoConvergence included
         return None
     finally:
@@ -619,7 +647,9 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     dd = _normalised_adjacency_inplace(L)
     v0 = _init_arpack_v0(n, random_state)
     large = n > SI_LU_MAX_N and not exact
-    found = _lanczos_smallest(L, K, v0, info) if large and LANCZOS_MAX_PRODUCTS > 0 else None
+    rng = _arpack_rng(seed)
+    found = (_lanczos_smallest(L, K, v0, info, rng) if large and LANCZOS_MAX_PRODUCTS > 0
+             else None)
     if found is not None:
         lam, vectors = found
         info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"
@@ -641,7 +671,7 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
         OPinv = LinearOperator((n, n), dtype=np.float64, matvec=solve)
         shape_only = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: x)
         lam, vectors = eigsh(shape_only, k=K, sigma=_SIGMA, which="LM", tol=0, v0=v0,
-                             OPinv=OPinv)
+                             OPinv=OPinv, rng=rng)
     lam_sorted = np.sort(lam)
     min_gap = float(np.min(np.diff(lam_sorted))) if K > 1 else np.inf
     info["spectral_min_gap"] = min_gap
@@ -674,11 +704,11 @@ def _post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, ti
     n = Cs.shape[0]
     t0 = time.perf_counter()
     C = _pretreat_sparse(Cs, variant)
-    U = _svd_embedding_fast(C, n_clusters, subspace_dim, info)
+    U = _svd_embedding_fast(C, n_clusters, subspace_dim, info, _arpack_rng(seed))
     if U is None:  # ill-determined subspace (or ARPACK failed): the reference svds
         info["svd"] = "reference svds (fallback)"
         info["ill_posed"] = True
-        U = _svd_embedding(C.toarray(), n_clusters, subspace_dim)
+        U = _svd_embedding(C.toarray(), n_clusters, subspace_dim, _arpack_rng(seed))
     del C
     L = _affinity_inplace(U, power)
     t1 = time.perf_counter()
