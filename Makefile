@@ -44,7 +44,7 @@ table:
 
 # Our auto-encoders vs the original checkpoints, same settings (experiments/results/autoencoders/).
 compare-ae:
-	$(PYTHON) experiments/compare_autoencoders.py $(if $(DATASETS),--datasets $(DATASETS)) $(ARGS)
+	$(PYTHON) experiments/compare_autoencoders.py $(if $(DATASETS),--datasets $(DATASETS)) --jobs $(JOBS) $(ARGS)
 
 # The paper's other experiments (experiments/results/<name>/); `make toy` is the Toy affinity figure.
 # --force: a target rebuilds its committed summary for the options given (finished runs under

@@ -40,9 +40,15 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
     p.add_argument("--out", default="experiments/results/autoencoders", help="output folder")
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="parallel cells, as table.py's --jobs (default 1); more than 1 runs each "
+                        "with one BLAS thread, which can move ORL's labels (README, "
+                        "Reproducibility)")
     p.add_argument("--max-epochs", type=int, metavar="N",
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (as table.py)")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs must be >= 1")
     args.out, args.tf1_dir = Path(args.out), Path(args.tf1_dir)
     for d in args.datasets:
         ckpt = args.tf1_dir / ORIGINAL_CHECKPOINTS[d]
@@ -167,7 +173,8 @@ def main(argv=None):
     # before the long runs, so that an unreadable file stops us before they start.
     summary = table.load_table(args.out / "autoencoders.json")
     common = ["--datasets", *args.datasets, "--methods", *args.methods, "--seeds", args.seeds,
-              "--data-dir", str(data_dir), *(["--force"] if args.force else []),
+              "--jobs", str(args.jobs), "--data-dir", str(data_dir),
+              *(["--force"] if args.force else []),
               *(["--max-epochs", str(args.max_epochs)] if args.max_epochs else [])]
     ours = table.main([*common, "--out", str(args.out / "ours")])
     original = table.main([*common, "--out", str(args.out / "original"), *[

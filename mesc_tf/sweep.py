@@ -653,7 +653,7 @@ def format_summary(rows, top=10, fields=None) -> str:
 
 
 def machine() -> dict:
-    """The machine a result was measured on: usable cores and the CPU model."""
+    """The machine a result was measured on: usable cores, the CPU model and BLAS's kernels."""
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -664,4 +664,11 @@ def machine() -> dict:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     import platform
 
-    return {"cores": cores, "cpu": cpu or platform.processor(), "platform": platform.platform()}
+    import scipy.linalg  # noqa: F401  (loads SciPy's BLAS, so that threadpoolctl sees it)
+    from threadpoolctl import threadpool_info
+
+    # The kernels BLAS picked for this CPU: ill-posed spectral steps (ORL) move with them.
+    blas = sorted({f"{i['internal_api']} {i['version']} {i.get('architecture') or '?'}"
+                   for i in threadpool_info() if i["user_api"] == "blas"})
+    return {"cores": cores, "cpu": cpu or platform.processor(), "platform": platform.platform(),
+            "blas": blas}
