@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 
 import numpy as np
@@ -309,35 +310,43 @@ def _rank(n_clusters, subspace_dim, n):
     return min(int(subspace_dim) * n_clusters + 1, n - 1)
 
 
+# SciPy's eigsh takes ``rng`` since its ARPACK was rewritten in C; before, the restart
+# vectors came from ARPACK's own LAPACK seed (the same sequence in every process).
+_EIGSH_TAKES_RNG = "rng" in inspect.signature(eigsh).parameters
+
+
 def _arpack_rng(seed):
-    """A generator for ARPACK's restart vectors (module docstring), or None for a seed that is
-    not a whole number (then SciPy's default: OS entropy)."""
-    return np.random.default_rng(int(seed)) if isinstance(seed, (int, np.integer)) else None
+    """Keyword arguments giving eigsh a generator for ARPACK's restart vectors (module
+    docstring); none for a seed that is not a whole number (SciPy's default: OS entropy)."""
+    if not _EIGSH_TAKES_RNG or not isinstance(seed, (int, np.integer)):
+        return {}
+    return {"rng": np.random.default_rng(int(seed))}
 
 
-def _svds_seeded(C: np.ndarray, r: int, v0: np.ndarray, rng):
-    """``svds(C, r, v0=v0)`` (its ARPACK path, step by step) with ARPACK's restart vectors
-    drawn from ``rng``: svds does not pass its own ``rng`` on to eigsh."""
+def _svds_seeded(C: np.ndarray, r: int, v0: np.ndarray, arpack_kw: dict):
+    """``svds(C, r, v0=v0)`` (its ARPACK path, step by step) with eigsh given ``arpack_kw``
+    (``_arpack_rng``): svds does not pass its own ``rng`` on to eigsh."""
     A = aslinearoperator(C)
     gram = LinearOperator(C.shape, dtype=C.dtype, matvec=lambda x: A.rmatvec(A.matvec(x)),
                           matmat=lambda X: A.rmatmat(A.matmat(X)))
-    _, V = eigsh(gram, k=r, tol=0, v0=v0, rng=rng)
+    _, V = eigsh(gram, k=r, tol=0, v0=v0, **arpack_kw)
     V, _ = np.linalg.qr(V)
     u, s, vh = scipy.linalg.svd(A.matmat(V), full_matrices=False, overwrite_a=True)
     return u[:, ::-1], s[::-1], vh[::-1] @ V.T
 
 
-def _svd_embedding(C: np.ndarray, n_clusters: int, subspace_dim: int, rng=None) -> np.ndarray:
-    """Steps 2-5: rank-r left singular vectors scaled by √σ, rows L2-normalised. ``rng``:
-    ARPACK's restart vectors (``_arpack_rng``); None runs svds itself (the reference)."""
+def _svd_embedding(C: np.ndarray, n_clusters: int, subspace_dim: int,
+                   arpack_kw=None) -> np.ndarray:
+    """Steps 2-5: rank-r left singular vectors scaled by √σ, rows L2-normalised.
+    ``arpack_kw``: ``_arpack_rng``'s keywords; None or empty runs svds itself (the reference)."""
     n = C.shape[0]
     r = _rank(n_clusters, subspace_dim, n)
     # v0 of ones as in the reference: ARPACK's start vector is otherwise random.
     try:
-        if rng is None:
+        if not arpack_kw:
             U, s, _ = svds(C, r, v0=np.ones(n))
         else:
-            U, s, _ = _svds_seeded(C, r, np.ones(n), rng)
+            U, s, _ = _svds_seeded(C, r, np.ones(n), arpack_kw)
     except ArpackError:
         # ARPACK stops (e.g. error 3, "no shifts could be applied") on a C with many equal
         # singular values, such as ORL's after 30 steps at lr 1e-4. LAPACK's SVD gives the same
@@ -417,7 +426,8 @@ def _pretreat_sparse(Cs, variant: str) -> sp.csr_array:
     return C
 
 
-def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict, rng=None):
+def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
+                        arpack_kw=None):
     """Steps 2-5 as svds computes them, with another eigen-solver for CᵀC (see the module
     docstring). Returns the embedding, or None where the rank-r subspace is ill-determined."""
     n = Cs.shape[0]
@@ -441,7 +451,7 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict, rng=
         op = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: Ct @ (Cs @ x),
                             matmat=lambda X: Ct @ (Cs @ X))
         try:
-            w, V = eigsh(op, k=r + 1, tol=0, v0=np.ones(n), rng=rng)
+            w, V = eigsh(op, k=r + 1, tol=0, v0=np.ones(n), **(arpack_kw or {}))
         except ArpackError:
             return None
         info["svd"] = "ARPACK on sparse CᵀC"
@@ -588,7 +598,7 @@ def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30
 
 
 def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None = None,
-                      rng=None):
+                      arpack_kw=None):
     """The K smallest eigenpairs of the normalised Laplacian I − M, from ARPACK's Lanczos on
     the largest algebraic eigenvalues of M (tol 0, as sklearn's call). Each step is one
     symmetric product that reads half of M, and nothing is factorised. Returns (λ ascending,
@@ -611,7 +621,7 @@ def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None =
     maxiter = max(1, (LANCZOS_MAX_PRODUCTS - ncv) // (ncv - K))
     try:
         mu, vectors = eigsh(op, k=K, which="LA", tol=0, v0=v0, ncv=ncv, maxiter=maxiter,
-                            rng=rng)
+                            **(arpack_kw or {}))
     except ArpackError:  # ArpackNoConvergence included
         return None
     finally:
@@ -647,9 +657,9 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     dd = _normalised_adjacency_inplace(L)
     v0 = _init_arpack_v0(n, random_state)
     large = n > SI_LU_MAX_N and not exact
-    rng = _arpack_rng(seed)
-    found = (_lanczos_smallest(L, K, v0, info, rng) if large and LANCZOS_MAX_PRODUCTS > 0
-             else None)
+    arpack_kw = _arpack_rng(seed)
+    found = (_lanczos_smallest(L, K, v0, info, arpack_kw)
+             if large and LANCZOS_MAX_PRODUCTS > 0 else None)
     if found is not None:
         lam, vectors = found
         info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"
@@ -671,7 +681,7 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
         OPinv = LinearOperator((n, n), dtype=np.float64, matvec=solve)
         shape_only = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: x)
         lam, vectors = eigsh(shape_only, k=K, sigma=_SIGMA, which="LM", tol=0, v0=v0,
-                             OPinv=OPinv, rng=rng)
+                             OPinv=OPinv, **arpack_kw)
     lam_sorted = np.sort(lam)
     min_gap = float(np.min(np.diff(lam_sorted))) if K > 1 else np.inf
     info["spectral_min_gap"] = min_gap
