@@ -28,7 +28,6 @@ import gc
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -492,14 +491,7 @@ class Results:
         self.dir = Path(args.out)
         self.runs = self.dir / "runs"
         self.request = _norm(request)
-        try:
-            self.runs.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(dir=self.dir, prefix=".write-test-")
-            os.close(fd)
-            os.remove(probe)
-        except OSError as e:
-            raise MescError(f"output folder {self.dir} is not writable ({e.strerror}); pass a "
-                            "writable --out DIR") from None
+        cli.writable_dir(self.runs)
         self.summary_path = self.dir / f"{args.experiment}.json"
         if self.summary_path.exists() and not args.force:
             try:

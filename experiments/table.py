@@ -271,11 +271,7 @@ def main(argv=None):
     from mesc_tf.errors import MescError
 
     start = time.perf_counter()
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise MescError(f"output folder {args.out} is not writable ({e.strerror}); pass a "
-                        "writable --out DIR") from None
+    cli.writable_dir(args.out)
     json_path, md_path = args.out / "main_table.json", args.out / "main_table.md"
     table = load_table(json_path)
     data_dir = data.find_data_dir(args.data_dir)

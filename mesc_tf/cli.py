@@ -78,7 +78,7 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="res
             except OSError:
                 break  # reported below
             try:
-                return _check_writable(out), True
+                return writable_dir(out), True
             except MescError:
                 shutil.rmtree(out, ignore_errors=True)
                 raise
@@ -88,20 +88,19 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="res
                         "or pass --force to overwrite it")
     created = not out.exists()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise MescError(f"output directory {out} is not writable ({e.strerror}); "
-                        "pass a writable --out DIR") from None
-    try:
-        return _check_writable(out), created
+        return writable_dir(out), created
     except MescError:
         if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
 
 
-def _check_writable(out):
+def writable_dir(out) -> Path:
+    """``out``, created if missing and checked by writing a file into it; a MescError that
+    names it otherwise (before a long run, not after)."""
+    out = Path(out)
     try:
+        out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test-")
         os.close(fd)
         os.remove(probe)
