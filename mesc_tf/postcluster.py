@@ -29,10 +29,10 @@ Three methods (``cluster(..., method=...)``, default ``DEFAULT_METHOD`` = "fast"
   - The rank-r SVD: svds takes the top-r eigenvectors V of CᵀC from ARPACK, then the SVD of
     C·V. Only the eigen-solver changes: a dense LAPACK ``eigh`` of CᵀC for n ≤
     ``DENSE_SVD_MAX_N`` (r is 10-20 % of n there, where ARPACK needs hundreds of restarts),
-    else ARPACK on the sparse thresholded C. The affinity depends on the top-r subspace only
-    (signs and rotations inside it cancel in U·diag(σ)·Uᵀ), so it agrees with svds' to
-    rounding (~1e-13) if σ_r and σ_{r+1} are apart; the gap is checked (``SVD_GAP_MIN``)
-    and svds itself is used when it is not.
+    else ARPACK on the sparse thresholded C with a smaller Lanczos basis (``SVD_NCV_FACTOR``).
+    The affinity depends on the top-r subspace only (signs and rotations inside it cancel in
+    U·diag(σ)·Uᵀ), so it agrees with svds' to rounding (~1e-13) if σ_r and σ_{r+1} are
+    apart; the gap is checked (``SVD_GAP_MIN``) and svds itself is used when it is not.
   - The affinity is formed in place (syrk, clip, power, scale; exactly symmetric).
   - The spectral step is sklearn's own algorithm without its copies: the normalised Laplacian
     built in place exactly as ``scipy.sparse.csgraph.laplacian``, sklearn's unit diagonal,
@@ -100,6 +100,11 @@ SI_LU_MAX_N = 4096
 LANCZOS_MAX_PRODUCTS = 0
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
+# Above it, ARPACK's Lanczos basis for the k = r + 1 eigenvectors of CᵀC: SVD_NCV_FACTOR·k
+# vectors (at least k + 20) where that is fewer than eigsh's 2k + 1. On the trained MNIST C
+# (k 322), 400-500 vectors took 6.8-7.2 s against 8.5 s (as many products, less work per
+# restart), 350 took 10 s; the same labels (benchmarks/README.md, session 26).
+SVD_NCV_FACTOR = 4 / 3
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
 SVD_GAP_MIN = 1e-6
 # Smallest gap between the K smallest Laplacian eigenvalues for a well-posed spectral step.
@@ -451,7 +456,9 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
         op = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: Ct @ (Cs @ x),
                             matmat=lambda X: Ct @ (Cs @ X))
         try:
-            w, V = eigsh(op, k=r + 1, tol=0, v0=np.ones(n), **(arpack_kw or {}))
+            k = r + 1
+            ncv = min(n, max(2 * k + 1, 20), max(int(SVD_NCV_FACTOR * k), k + 20))
+            w, V = eigsh(op, k=k, tol=0, v0=np.ones(n), ncv=ncv, **(arpack_kw or {}))
         except ArpackError:
             return None
         info["svd"] = "ARPACK on sparse CᵀC"
