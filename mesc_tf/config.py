@@ -238,7 +238,7 @@ DATASETS: dict[str, DatasetConfig] = {
         # Coupled graph from the authors' auto-encoder. Session 17 (d 7, power 2): of reg1
         # 0.5/2, reg2 0.2/2/20 and 500/1000/2000 steps, 1000 steps is best (84.75 / 92.45,
         # seeds 0-2). Session 26 (reg1 0.1-2, reg2 1-20, 250-1500 steps, d 2-9, power 1-3):
-        # 89.25 / 93.88 here; 88.50-88.75 at d 2-3, reg2 3-6, 850-1000 steps.
+        # 89.25 / 93.88 (seeds 0-2); 88.50-88.75 at d 2-3, reg2 3-6, 850-1000 steps.
         coupled=_MESC_RELEASED.replace(reg1=0.5, reg2=3.0, lr=1e-3, epochs=850,
                                        thr=0.15, subspace_dim=3, power=1.25, variant="dsc"),
         # The DSLSP pretraining scripts' regime (glorot_uniform, constant lr 1e-3, full batch),
