@@ -41,6 +41,14 @@ def _check_choice(what, value, choices):
         raise MescError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
 
 
+def check_post_method(method) -> str:
+    """A post-clustering route of POST_METHODS (None: the default, the first); a MescError
+    otherwise. One check for postcluster.cluster, pipeline.run and the estimator."""
+    method = POST_METHODS[0] if method is None else method
+    _check_choice("post-clustering method", method, POST_METHODS)
+    return method
+
+
 @dataclass(frozen=True)
 class Architecture:
     """Convolutional auto-encoder: one stride-2 'same' conv per (kernel, channels) pair."""

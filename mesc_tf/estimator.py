@@ -27,7 +27,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from mesc_tf.config import POST_METHODS, Architecture, Pretrain, Settings, check_seed
+from mesc_tf.config import Architecture, Pretrain, Settings, check_post_method, check_seed
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError
 
@@ -276,9 +276,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
         k = self._n_clusters()
         settings = self._settings()
-        if self.post_method not in POST_METHODS:
-            raise MescError(f"post_method must be one of {', '.join(POST_METHODS)}, "
-                            f"got {self.post_method!r}")
+        check_post_method(self.post_method)  # before pretraining
         schedule = self._schedule() if self.weights is None else None
         seed = self._seed()
         if self.weights is not None and self.kernels is None and self.channels is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from mesc_tf import postcluster
-from mesc_tf.config import Architecture, Settings, encoder_sizes
+from mesc_tf.config import Architecture, Settings, check_post_method, encoder_sizes
 from mesc_tf.errors import MescError
 from mesc_tf.metrics import evaluate
 
@@ -251,9 +251,7 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
     ``post_method``: the post-clustering route (:data:`mesc_tf.postcluster.METHODS`; default
     "fast"). The result's ``postcluster`` dict says which solvers ran, whether the spectral
     step was ill-posed and how many clusters are non-empty (:func:`empty_clusters_note`)."""
-    if post_method is not None and post_method not in postcluster.METHODS:
-        raise MescError(f"unknown post-clustering method {post_method!r}; choose one of "
-                        f"{', '.join(postcluster.METHODS)}")
+    check_post_method(post_method)  # before the fine-tuning, not after
     model, history, train_s = fine_tune(x, settings, autoencoder, verbose=verbose, **fit_kwargs)
     coef = model.coef.numpy()
     steps = int(model.optimizer.iterations.numpy())

@@ -83,7 +83,7 @@ from scipy.sparse.linalg import ArpackError, LinearOperator, aslinearoperator, e
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
-from mesc_tf.config import POST_METHODS as METHODS, VARIANTS
+from mesc_tf.config import POST_METHODS as METHODS, VARIANTS, check_post_method
 from mesc_tf.errors import MescError
 
 DEFAULT_METHOD = METHODS[0]  # "fast": what cluster() and the pipeline use; see the docstring
@@ -760,10 +760,7 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     {"thrc_s", "svd_s" (pre-treatment + SVD + affinity), "spectral_s"} in seconds. A dict
     passed as ``info`` receives which solvers ran, the gaps checked and ``ill_posed``.
     """
-    method = DEFAULT_METHOD if method is None else method
-    if method not in METHODS:
-        raise MescError(f"unknown post-clustering method {method!r}; choose one of "
-                        f"{', '.join(METHODS)}")
+    method = check_post_method(method)
     _check_variant(variant)
     info = {} if info is None else info
     info["method"] = method

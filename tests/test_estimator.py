@@ -178,7 +178,8 @@ def bad_fits():
     yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"
     yield "image_shape", MESCClustering(2, image_shape=(8, 9)), x, "architecture expects 8x9"
     yield "weights file", MESCClustering(2, weights="/nonexistent/ae.h5"), x, "not found"
-    yield "post_method", MESCClustering(2, post_method="exact"), x, "post_method must be one of"
+    yield ("post_method", MESCClustering(2, post_method="exact"), x,
+           "unknown post-clustering method 'exact'")
 
 
 @pytest.mark.parametrize("case", list(bad_fits()), ids=lambda c: c[0])
