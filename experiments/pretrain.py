@@ -10,6 +10,7 @@ then, with --activation-scale, rescales them without changing any reconstruction
 per dataset are in mesc_tf/config.py.
 """
 
+import argparse
 import dataclasses
 import json
 import shutil
@@ -20,7 +21,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from mesc_tf import cli  # noqa: E402
-from mesc_tf.config import INITIALIZERS  # noqa: E402
+from mesc_tf.config import INITIALIZERS, get_config  # noqa: E402
+
+
+def scale_arg(text):
+    """argparse type of --activation-scale: one number >= 0 (0: off), or several > 0."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or numbers separated by commas, "
+                                         f"got {text!r}") from None
+    if not all(0 <= v < float("inf") for v in values) or (len(values) > 1 and 0 in values):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, or finite numbers > 0 "
+                                         f"(one per hidden layer), got {text!r}")
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def parse_args(argv=None):
@@ -42,9 +56,10 @@ def parse_args(argv=None):
     p.add_argument("--initializer", choices=INITIALIZERS,
                    help="kernel initializer of a fresh auto-encoder (truncated_normal: "
                    "stddev 0.1, as TF1's tf.truncated_normal)")
-    p.add_argument("--activation-scale", type=float, metavar="S",
+    p.add_argument("--activation-scale", type=scale_arg, metavar="S",
                    help="finally rescale the weights so that every hidden layer's mean "
-                   "|activation| is S; reconstructions do not change (0 = off)")
+                   "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1); "
+                   "reconstructions do not change (0 = off)")
     p.add_argument("--init", metavar="H5", help="continue training this .h5 auto-encoder "
                    "instead of starting from he_normal weights (with --max-steps 0: only "
                    "rescale it)")
@@ -70,7 +85,6 @@ def parse_args(argv=None):
     for name, ok, need in (("lr", lambda v: 0 < v < inf, "a finite number > 0"),
                            ("max_steps", lambda v: v >= 0, ">= 0"),
                            ("batch_size", lambda v: v >= 1, ">= 1"),
-                           ("activation_scale", lambda v: 0 <= v < inf, "a finite number >= 0"),
                            ("patience", lambda v: v >= 0, ">= 0"),
                            ("min_delta", lambda v: 0 <= v < inf, "a finite number >= 0"),
                            ("lr_patience", lambda v: v >= 0, ">= 0"),
@@ -78,13 +92,17 @@ def parse_args(argv=None):
         value = getattr(args, name)
         if value is not None and not ok(value):
             p.error(f"--{name.replace('_', '-')} must be {need}, got {value}")
+    if isinstance(args.activation_scale, tuple):
+        n_hidden = 2 * len(get_config(args.dataset).arch.channels) - 1
+        if len(args.activation_scale) != n_hidden:
+            p.error(f"--activation-scale needs one value or {n_hidden} ({args.dataset} has "
+                    f"{n_hidden} hidden layers), got {len(args.activation_scale)}")
     return args
 
 
 def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
-    from mesc_tf.config import get_config
     from mesc_tf.errors import MescError
     from mesc_tf.training import configure_runtime, resumed_epoch
     from mesc_tf.weights import load_autoencoder, save_autoencoder

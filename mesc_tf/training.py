@@ -299,7 +299,8 @@ def hidden_activation_means(autoencoder, x, batch_size=2048) -> np.ndarray:
 
 def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
     """Rescale the weights so that every hidden layer's mean |activation| on ``x`` is
-    ``target``, leaving every reconstruction as it was. Returns the factor of each hidden layer.
+    ``target`` (a number, or one per hidden layer in order: enc_0 … dec_1), leaving every
+    reconstruction as it was. Returns the factor of each hidden layer.
 
     ReLU is positively homogeneous: a layer's kernel and bias times a > 0 give its output
     times a, and the next kernel divided by a undoes that. The function stays, fine-tuning
@@ -308,12 +309,18 @@ def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
     A layer that outputs 0 for every image cannot reach ``target``; it takes the factor of the
     layer before it (any factor keeps it 0), so a finished pretraining is never refused here.
     """
-    if not target > 0:
-        raise MescError(f"the activation scale must be > 0, got {target}")
+    n_hidden = len(autoencoder.named_layers) - 1
+    targets = np.ravel(np.asarray(target, float))
+    targets = np.full(n_hidden, targets[0]) if len(targets) == 1 else targets
+    if len(targets) != n_hidden:
+        raise MescError(f"the activation scale needs one value or {n_hidden} (one per hidden "
+                        f"layer), got {len(targets)}")
+    if not all(0 < t < float("inf") for t in targets):
+        raise MescError(f"the activation scale must be finite and > 0, got {target}")
     layers = autoencoder.named_layers
     factors, previous = [], 1.0
-    for mean in hidden_activation_means(autoencoder, x, batch_size):
-        previous = float(target / mean) if mean > 0 else previous
+    for t, mean in zip(targets, hidden_activation_means(autoencoder, x, batch_size)):
+        previous = float(t / mean) if mean > 0 else previous
         factors.append(previous)
     previous = 1.0
     for layer, factor in zip(layers, [*factors, 1.0]):  # the output layer keeps its scale

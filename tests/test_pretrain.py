@@ -139,7 +139,11 @@ def test_pretrain_command_checks_the_new_options(capsys):
                          (["--resume", "--initializer", "glorot_uniform"],
                           "--initializer cannot be combined"),
                          (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),
-                         (["--activation-scale", "-1"], "--activation-scale must be a finite"),
+                         (["--activation-scale", "-1"], "must be a finite number >= 0"),
+                         (["--activation-scale", "1,0,1,1,1"], "finite numbers > 0"),
+                         (["--activation-scale", "1,a"], "numbers separated by commas"),
+                         (["--activation-scale", "1,2"],
+                          "needs one value or 5 (orl has 5 hidden layers), got 2"),
                          (["--batch-size", "0"], "--batch-size must be >= 1")):
         with pytest.raises(SystemExit) as e:
             mod.parse_args(["--dataset", "orl", *argv])
@@ -185,8 +189,29 @@ def test_rescaling_keeps_every_reconstruction_and_sets_the_scale(x):
     factors = rescale_activations(dead, x, 1.0)
     assert factors[1] == factors[0] and factors[2] == factors[0]  # dec_0 outputs relu(0) = 0
     np.testing.assert_allclose(dead(tf.constant(x)).numpy(), before, rtol=1e-5, atol=1e-6)
-    with pytest.raises(MescError, match="activation scale must be > 0"):
+    with pytest.raises(MescError, match="activation scale must be finite and > 0"):
         rescale_activations(dead, x, 0.0)
+
+
+def test_rescaling_to_one_scale_per_layer(x):
+    """EYaleB's schedule rescales each hidden layer to its own mean (the original's)."""
+    from mesc_tf.training import rescale_activations
+
+    configure_runtime(0)
+    targets = (0.5, 2.0, 0.25)
+    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=5), verbose=0)
+    before = ae(tf.constant(x)).numpy()
+    means = hidden_activation_means(ae, x)
+    factors = rescale_activations(ae, x, targets)
+    np.testing.assert_allclose(factors, np.array(targets) / means, rtol=1e-6)
+    np.testing.assert_allclose(hidden_activation_means(ae, x), targets, rtol=1e-5)
+    np.testing.assert_allclose(ae(tf.constant(x)).numpy(), before, rtol=1e-4, atol=1e-6)
+    for bad, needle in (((1.0, 2.0), "needs one value or 3 .one per hidden layer., got 2"),
+                        ((1.0, 0.0, 1.0), "must be finite and > 0"),
+                        ((1.0, np.inf, 1.0), "must be finite and > 0")):
+        with pytest.raises(MescError, match=needle):
+            rescale_activations(ae, x, bad)
+    np.testing.assert_allclose(ae(tf.constant(x)).numpy(), before, rtol=1e-4, atol=1e-6)
 
 
 # The auto-encoders issue 3 asks pretrained/ to ship (COIL40/COIL100 wait for COIL100.mat).

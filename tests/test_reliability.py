@@ -433,6 +433,14 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     assert (meta["steps"], meta["activation_scale"], len(meta["activation_factors"])) == (0, 5, 5)
     assert meta["relative_error"] == pytest.approx(first["relative_error"], rel=1e-4)
     assert meta["init"]["metadata"]["steps"] == 3
+    # One scale per hidden layer, as EYaleB's schedule has.
+    code, _, err = invoke(PRETRAIN, [*data, "--init", out, "--max-steps", "0", "--force",
+                                     "--activation-scale", "1,2,3,4,5", "--out", rescaled],
+                          capsys)
+    assert code == 0, err
+    meta = read_autoencoder_file(rescaled)[1]
+    assert meta["activation_scale"] == [1, 2, 3, 4, 5]
+    assert meta["relative_error"] == pytest.approx(first["relative_error"], rel=1e-4)
     # An unfinished pretraining's checkpoint is not silently reused.
     (out.parent / "new.checkpoint").mkdir()
     (out.parent / "new.checkpoint" / "state.json").write_text("{}")
