@@ -214,6 +214,21 @@ def test_rescaling_to_one_scale_per_layer(x):
     np.testing.assert_allclose(ae(tf.constant(x)).numpy(), before, rtol=1e-4, atol=1e-6)
 
 
+def test_configured_per_layer_scales_fit_the_architecture():
+    """A schedule's per-layer activation scales (EYaleB's) name every hidden layer, so that
+    ``pretrain.py --dataset D`` does not fail after hours of training."""
+    from mesc_tf.config import DATASETS
+    from mesc_tf.model import ConvAutoEncoder
+
+    per_layer = {d: c for d, c in DATASETS.items()
+                 if np.ndim(c.pretrain.activation_scale) == 1}
+    assert "eyaleb" in per_layer
+    for cfg in per_layer.values():
+        hidden = len(ConvAutoEncoder(cfg.arch).build_for_input().named_layers) - 1
+        assert len(cfg.pretrain.activation_scale) == hidden, cfg.name
+        assert min(cfg.pretrain.activation_scale) > 0, cfg.name
+
+
 # The auto-encoders issue 3 asks pretrained/ to ship (COIL40/COIL100 wait for COIL100.mat).
 SHIPPED = ("orl", "coil20", "toy", "eyaleb", "usps", "mnist")
 
