@@ -325,8 +325,8 @@ DATASETS: dict[str, DatasetConfig] = {
         dsc=_DSC.replace(reg2=10 ** (38 / 10 - 3), epochs=1000, coef_init=1e-4, recon_scale=0.5,
                          thr=0.1, subspace_dim=10, power=3.5, variant="dsc"),
         # The DSC-Net EYaleB checkpoint's regime (reference-facts §1.3): batches of 2016, Xavier
-        # start, constant lr 1e-3, no rescaling: from the full-batch he_normal file made before,
-        # MESC-Net clustered 3 points worse even rescaled and the coupled graphs collapsed
+        # start, constant lr 1e-3: from the full-batch he_normal file made before, MESC-Net
+        # clustered 3 points worse even rescaled (one scale, 10) and the coupled graphs collapsed
         # (pretrained/README.md, EYaleB). The target is a batch's error; when one reached it the
         # whole set's was 0.0463, under 1.2× the original's 0.039. Each hidden layer is then
         # rescaled to the original checkpoint's mean |activation| on EYaleB: the DSC-Net

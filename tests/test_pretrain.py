@@ -199,7 +199,7 @@ def test_rescaling_to_one_scale_per_layer(x):
 
     configure_runtime(0)
     targets = (0.5, 2.0, 0.25)
-    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=5), verbose=0)
+    ae, _ = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=5), verbose=0)
     before = ae(tf.constant(x)).numpy()
     means = hidden_activation_means(ae, x)
     factors = rescale_activations(ae, x, targets)
