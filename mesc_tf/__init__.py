@@ -52,7 +52,9 @@ def __getattr__(name):
         globals()[name] = MESCClustering
         return MESCClustering
     if name == "MESCNet":
-        # Two things are called MESC-Net here; make the user say which.
+        # Two things are called MESC-Net here; make the user say which. ImportError, because
+        # `from mesc_tf import MESCNet` replaces an AttributeError's message with its own (so
+        # hasattr(mesc_tf, "MESCNet") raises this too, for this one name).
         raise ImportError(
             "mesc_tf has no MESCNet: use mesc_tf.MESCClustering for the scikit-learn estimator "
             "(fit / fit_predict on images) or mesc_tf.model.MESCNet for the Keras model",

@@ -41,6 +41,19 @@ def _check_choice(what, value, choices):
         raise MescError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
 
 
+def _whole(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _flag(field_name) -> str:
+    """A setting as both its Python name and its command-line flag, for error messages."""
+    flag = "--" + field_name.replace("_", "-")
+    return field_name if field_name in _NO_FLAG else f"{field_name} ({flag})"
+
+
+_NO_FLAG = {"recon_scale"}  # settings no script takes on its command line
+
+
 def check_post_method(method) -> str:
     """A post-clustering route of POST_METHODS (None: the default, the first); a MescError
     otherwise. One check for postcluster.cluster, pipeline.run and the estimator."""
@@ -61,7 +74,7 @@ class Architecture:
         shape = tuple(self.image_shape)
         if len(shape) == 3 and shape[2] == 1:  # (h, w, 1): the one channel named
             shape = shape[:2]
-        if len(shape) != 2 or not all(isinstance(s, (int, np.integer)) and s > 0 for s in shape):
+        if len(shape) != 2 or not all(_whole(s) and s > 0 for s in shape):
             raise MescError(f"architecture image_shape must be (height, width) of one-channel "
                             f"images, got {self.image_shape}")
         object.__setattr__(self, "image_shape", tuple(int(s) for s in shape))
@@ -70,6 +83,16 @@ class Architecture:
                 f"architecture needs as many kernels as channels (got {self.kernels} and "
                 f"{self.channels}); give one kernel size per encoder layer"
             )
+        # Odd kernels only, as in every released architecture: a stride-2 'SAME' transposed
+        # conv with an even kernel cannot mirror an odd-sized encoder activation.
+        if not all(_whole(k) and k >= 1 and k % 2 == 1 for k in self.kernels):
+            raise MescError(f"architecture kernel sizes must be odd whole numbers (3, 5, ...), "
+                            f"got {self.kernels}")
+        if not all(_whole(c) and c >= 1 for c in self.channels):
+            raise MescError(f"architecture channels must be whole numbers >= 1, "
+                            f"got {self.channels}")
+        object.__setattr__(self, "kernels", tuple(int(k) for k in self.kernels))
+        object.__setattr__(self, "channels", tuple(int(c) for c in self.channels))
 
     def to_dict(self) -> dict:
         return {
@@ -106,20 +129,23 @@ class Settings:
         _check_choice("variant", self.variant, VARIANTS)
         for name in ("reg1", "reg2", "recon_scale"):
             if not 0 <= getattr(self, name) < math.inf:
-                raise MescError(f"--{name.replace('_', '-')} must be a finite number >= 0, "
+                raise MescError(f"{_flag(name)} must be a finite number >= 0, "
                                 f"got {getattr(self, name)}")
         if not 0 < self.lr < math.inf:
-            raise MescError(f"--lr must be a finite number > 0, got {self.lr}")
+            raise MescError(f"{_flag('lr')} must be a finite number > 0, got {self.lr}")
         if not math.isfinite(self.coef_init):
-            raise MescError(f"--coef-init must be a finite number, got {self.coef_init}")
-        if int(self.epochs) != self.epochs or self.epochs < 0:
-            raise MescError(f"--epochs must be a whole number >= 0, got {self.epochs}")
+            raise MescError(f"{_flag('coef_init')} must be a finite number, got {self.coef_init}")
+        # Whole numbers may come as floats (2.0, from a grid or JSON); they are stored as int.
+        for name, low in (("epochs", 0), ("subspace_dim", 1)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and int(value) == value and value >= low):
+                raise MescError(f"{_flag(name)} must be a whole number >= {low}, got {value}")
+            object.__setattr__(self, name, int(value))
         if not self.thr > 0:
-            raise MescError(f"--thr must be > 0 (1 or more keeps C unchanged), got {self.thr}")
-        if int(self.subspace_dim) != self.subspace_dim or self.subspace_dim < 1:
-            raise MescError(f"--subspace-dim must be a whole number >= 1, got {self.subspace_dim}")
+            raise MescError(f"{_flag('thr')} must be > 0 (1 or more keeps C unchanged), "
+                            f"got {self.thr}")
         if not 0 < self.power < math.inf:
-            raise MescError(f"--power must be a finite number > 0, got {self.power}")
+            raise MescError(f"{_flag('power')} must be a finite number > 0, got {self.power}")
 
     def replace(self, **changes) -> "Settings":
         """A copy with some fields changed (``None`` values are ignored)."""
@@ -286,6 +312,7 @@ DATASETS: dict[str, DatasetConfig] = {
         pixels="COIL100.mat fea rows 0..2879 (objects 1-40), as stored, row-major 32x32",
         # The only dataset whose MESC settings were released.
         mesc=_MESC_RELEASED,
+        # DSC-Net released no COIL40 script: its COIL100 settings, as for USPS and MNIST.
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
         pretrain=_PRE_COIL,
@@ -294,7 +321,9 @@ DATASETS: dict[str, DatasetConfig] = {
         name="coil100", n_samples=7200, n_clusters=100,
         arch=Architecture(kernels=(5,), channels=(50,), **_ARCH_32_1),
         pixels="COIL100.mat fea, as stored, row-major 32x32",
-        # λ2 = 30 as in the authors' 2020 COIL100-style graphs (reference-facts §1.4).
+        # λ2 = 30 as in the authors' 2020 COIL100-style graphs (reference-facts §1.4); ρ 0.04
+        # is DSC-Net's COIL100 value. No MESC COIL100 settings were released, and without
+        # the data none could be swept here.
         mesc=_MESC_RELEASED.replace(reg2=30.0, thr=0.04),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),

@@ -374,7 +374,8 @@ LOADERS: dict[str, Callable[..., Dataset]] = {
 def load_dataset(name: str, data_dir=None, *, n_subjects: int | None = None) -> Dataset:
     """Load one benchmark dataset (see :data:`LOADERS`) from the data folder.
 
-    ``n_subjects`` (eyaleb only) keeps the first K subjects, as DSC-Net's subset runs need.
+    ``n_subjects`` (eyaleb only) keeps the first K subjects: the first of DSC-Net's
+    39 − K blocks of K consecutive subjects (reference-facts §1.1).
     """
     cfg = get_config(name)  # MescError for an unknown name
     root = _Root(*_choose_data_dir(data_dir))

@@ -96,6 +96,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         the size of 3-D input.
     random_state : int, RandomState or None, default=0
         Seeds Python, NumPy and TensorFlow (initialisation) and the spectral clustering.
+        ``fit`` seeds them process-wide (``keras.utils.set_random_seed``) and turns on
+        TensorFlow's op determinism, as the command-line runs do, so that a fit repeats
+        bit for bit; reseed your own generators after it if you rely on them.
     verbose : int, default=0
         0: silent; 1: Keras progress bars and a line on the auto-encoder used.
 
@@ -103,9 +106,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     ----------
     labels_ : ndarray of shape (n,), int64
         Cluster of each image, 0..K-1.
-    affinity_ : ndarray of shape (n, n), float32
+    coef_ : ndarray of shape (n, n), float32
         The learned self-expression matrix C after the last step (row i: coefficients of
-        image i), before thrC / post_proC.
+        image i), before thrC / post_proC (not the affinity, which post_proC builds from it).
     encoder_ : mesc_tf.model.ConvAutoEncoder
         The fine-tuned Keras auto-encoder: ``encoder_.encode(x)`` gives latent maps,
         ``encoder_(x)`` reconstructions; :meth:`encode` gives flattened codes as NumPy.
@@ -285,7 +288,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         else:
             x = self._validate_images(X, n_clusters=k)
             arch = self._architecture(x.shape[1:3])
-        pipeline.check_memory(len(x), arch)
+        pipeline.check_memory(len(x), arch, settings.subspace_dim * k + 1)
 
         # The order of experiments/pretrain.py followed by experiments/run.py.
         configure_runtime(seed)
@@ -313,7 +316,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             warnings.warn(f"MESCClustering: {note}", UserWarning, stacklevel=2)
 
         self.labels_ = np.asarray(result["labels"], dtype=np.int64)
-        self.affinity_ = np.asarray(result["coef"], dtype=np.float32)
+        self.coef_ = np.asarray(result["coef"], dtype=np.float32)
         self.encoder_ = ae  # fine-tuned in place: the MESCNet model wraps this object
         self.architecture_ = arch
         self.settings_ = settings

@@ -156,7 +156,10 @@ class MESCNet(keras.Model):
 class PretrainNet(keras.Model):
     """The auto-encoder alone, trained on ½Σ(x_r − x)² like every released pretraining graph.
 
-    Logs ``recon`` (the loss) and ``rel_err`` = ‖x_r − x‖/‖x‖, the stopping criterion.
+    Logs ``recon`` (the loss) and ``rel_err`` = ‖x_r − x‖/‖x‖, the stopping criterion, both
+    of the weights before the step's update (as Keras logs a training step). So the weights
+    EarlyStopping keeps are one update past the best error logged; pipeline.pretrain measures
+    the error of the weights it returns again.
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, **kwargs):

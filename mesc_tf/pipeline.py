@@ -1,7 +1,7 @@
 """The steps every experiment (and the estimator) shares: auto-encoder → fine-tuning → clustering.
 
 One code path: ``experiments/run.py``, the sweeps, the tables and
-:class:`mesc_tf.estimator.MESCNetClustering` all call these functions.
+:class:`mesc_tf.estimator.MESCClustering` all call these functions.
 """
 
 import gc
@@ -80,7 +80,7 @@ def _training_bytes_per_image(arch: Architecture) -> float:
     return 4 * 3.5 * per_image
 
 
-def memory_estimate(n_samples: int, arch: Architecture) -> int:
+def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.36-3.89 GiB in session
     20, during fine-tuning; estimate 3.82).
 
@@ -91,13 +91,13 @@ def memory_estimate(n_samples: int, arch: Architecture) -> int:
     convolutions' work buffers (about 3.5 × the activations of one forward pass).
     Post-clustering (postcluster's fast route; ``run`` has dropped the model) then holds C and
     the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
-    n × r embedding: less than fine-tuning (MNIST: 2.45 GiB). Plus the runtime. With TF's BFC
-    allocator (``bfc_allocator``) the pool fine-tuning grew, ``BFC_POOL_FACTOR`` × its
-    estimate, stays resident during post-clustering: the two add up.
+    n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB). Plus the
+    runtime. With TF's BFC allocator (``bfc_allocator``) the pool fine-tuning grew,
+    ``BFC_POOL_FACTOR`` × its estimate, stays resident during post-clustering: the two add up.
     """
     n = int(n_samples)
     train = 4 * 5.5 * n * n + n * _training_bytes_per_image(arch)
-    post = 4 * n * n + 8 * n * n + 16 * n * (12 * 10 + 1) + 64 * 2**20
+    post = 4 * n * n + 8 * n * n + 16 * n * min(int(rank), n) + 64 * 2**20
     if bfc_allocator():
         return int(BFC_POOL_FACTOR * train + post + RUNTIME_BYTES)
     return int(max(train, post) + RUNTIME_BYTES)
@@ -123,8 +123,9 @@ def available_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(n_samples: int, arch: Architecture):
-    need, have = memory_estimate(n_samples, arch), available_memory()
+def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
+    """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
+    need, have = memory_estimate(n_samples, arch, rank), available_memory()
     if need > have:
         raise MescError(f"a problem of {n_samples} samples needs about {need / 2**30:.1f} GiB "
                         f"but {have / 2**30:.1f} GiB is available; use a subset of the data or a "

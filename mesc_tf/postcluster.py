@@ -788,7 +788,8 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
             L = affinity(thrC(C, thr), K, subspace_dim, power, variant)
             t2 = time.perf_counter()
             try:
-                labels = _spectral_inplace(L, K, seed, {}, exact=True)
+                labels = (spectral(L, K, seed) if K + 1 >= C.shape[0]  # as the fast route
+                          else _spectral_inplace(L, K, seed, {}, exact=True))
             except ArpackError:  # L is overwritten: build it again
                 L = affinity(thrC(C, thr), K, subspace_dim, power, variant)
                 labels = _spectral_after_arpack_failed(L, K, seed, info)

@@ -137,7 +137,8 @@ class StepProgbar(keras.callbacks.Callback):
 class StopAtTarget(keras.callbacks.Callback):
     """Stop training at the first step whose ``monitor`` is ≤ ``target``. Placed after an
     EarlyStopping with restore_best_weights, the weights kept are the best that EarlyStopping
-    recorded (that step's, unless it improved by less than min_delta)."""
+    recorded: that step's weights after its update (PretrainNet logs the error before it),
+    unless the step improved by less than min_delta."""
 
     def __init__(self, target, monitor="rel_err"):
         super().__init__()

@@ -13,14 +13,13 @@ TF1 checkpoints (reference-facts §1.3, pitfall 11): kernels are ``enc_w{i}`` / 
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError
-from mesc_tf.files import default_file_mode
+from mesc_tf.files import atomic_file
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -67,25 +66,19 @@ def _open_h5(path, mode="r"):
 
 def save_autoencoder(autoencoder, path, metadata=None):
     """Write the auto-encoder's weights, architecture and metadata to ``path`` atomically."""
+    import h5py
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".h5.tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; give the usual mode
-    try:
-        with _open_h5(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["version"] = VERSION
-            f.attrs["architecture"] = json.dumps(autoencoder.arch.to_dict())
-            f.attrs["metadata"] = json.dumps(metadata or {}, default=_json_default)
-            for layer in autoencoder.named_layers:
-                g = f.create_group(layer.name)
-                g.create_dataset("kernel", data=np.asarray(layer.kernel.numpy(), np.float32))
-                g.create_dataset("bias", data=np.asarray(layer.bias.numpy(), np.float32))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_file(path, "w+b") as raw, h5py.File(raw, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["version"] = VERSION
+        f.attrs["architecture"] = json.dumps(autoencoder.arch.to_dict())
+        f.attrs["metadata"] = json.dumps(metadata or {}, default=_json_default)
+        for layer in autoencoder.named_layers:
+            g = f.create_group(layer.name)
+            g.create_dataset("kernel", data=np.asarray(layer.kernel.numpy(), np.float32))
+            g.create_dataset("bias", data=np.asarray(layer.bias.numpy(), np.float32))
     return path
 
 
@@ -199,6 +192,6 @@ def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
 def _json_default(o):
     if isinstance(o, (np.integer, np.floating)):
         return o.item()
-    if isinstance(o, (Path, tuple)):
-        return str(o) if isinstance(o, Path) else list(o)
+    if isinstance(o, Path):
+        return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")

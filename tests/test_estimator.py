@@ -170,7 +170,11 @@ def bad_fits():
     yield "n_clusters None", MESCClustering(None), x, "n_clusters"
     yield "framework", MESCClustering(2, framework="mixed"), x, "framework"
     yield "lr", MESCClustering(2, lr=-1), x, "lr"
-    yield "power inf", MESCClustering(2, power=np.inf), x, "--power must be a finite number"
+    yield "power inf", MESCClustering(2, power=np.inf), x, r"power \(--power\) must be a finite"
+    yield "epochs inf", MESCClustering(2, epochs=np.inf), x, "must be a whole number >= 0, got inf"
+    yield "epochs 2.5", MESCClustering(2, epochs=2.5), x, "must be a whole number >= 0, got 2.5"
+    yield "even kernel", MESCClustering(2, kernels=4, channels=3), x, "must be odd"
+    yield "channels 0", MESCClustering(2, kernels=3, channels=0), x, "channels"
     yield "pretrain_lr inf", MESCClustering(2, pretrain_lr=np.inf), x, "pretrain_lr must be a"
     yield "reg2 type", MESCClustering(2, reg2="big"), x, "parameter"
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
@@ -216,7 +220,7 @@ def test_fitted_attributes(fitted, images):
     n = len(x)
     assert fitted.labels_.shape == (n,) and fitted.labels_.dtype == np.int64
     assert set(fitted.labels_) == {0, 1, 2}
-    assert fitted.affinity_.shape == (n, n) and fitted.affinity_.dtype == np.float32
+    assert fitted.coef_.shape == (n, n) and fitted.coef_.dtype == np.float32
     assert fitted.architecture_ == default_architecture((16, 16))
     assert fitted.image_shape_ == (16, 16) and fitted.n_features_in_ == 256
     assert fitted.n_iter_ == SMALL["epochs"] and len(fitted.history_["loss"]) == SMALL["epochs"]
@@ -261,7 +265,7 @@ def test_pickle_and_deepcopy_keep_the_fit(fitted, images):
     x, _ = images
     for twin in (pickle.loads(pickle.dumps(fitted)), copy.deepcopy(fitted)):
         np.testing.assert_array_equal(twin.labels_, fitted.labels_)
-        np.testing.assert_array_equal(twin.affinity_, fitted.affinity_)
+        np.testing.assert_array_equal(twin.coef_, fitted.coef_)
         assert twin.encoder_ is not fitted.encoder_
         np.testing.assert_array_equal(twin.encode(x), fitted.encode(x))
         assert twin.get_params() == fitted.get_params()
@@ -289,13 +293,13 @@ def test_same_results_as_cli_path(fitted, images, tmp_path):
     x, _ = images
     cli_result, path = _pretrain_then_run(x[..., None], SMALL_SETTINGS, SEED, tmp_path)
     # Pretraining inside fit = pretrain.py + run.py.
-    np.testing.assert_array_equal(fitted.affinity_, cli_result["coef"])
+    np.testing.assert_array_equal(fitted.coef_, cli_result["coef"])
     np.testing.assert_array_equal(fitted.labels_, cli_result["labels"])
     # weights= starts from the same .h5 as run.py --weights; (n, h, w, 1) input = (n, h, w).
     est = MESCClustering(3, weights=path, random_state=SEED, **SMALL)
     labels = est.fit_predict(x[..., None])
     assert est.pretrain_info_ is None and est.weights_source_ == f"weights {path}"
-    np.testing.assert_array_equal(est.affinity_, cli_result["coef"])
+    np.testing.assert_array_equal(est.coef_, cli_result["coef"])
     np.testing.assert_array_equal(labels, cli_result["labels"])
     for k, v in cli_result["history"].items():
         np.testing.assert_array_equal(est.history_[k], v)
@@ -330,7 +334,7 @@ def test_same_results_as_run_py_on_toy(shared_data, tmp_path, monkeypatch, capsy
                          variant=s.variant, reg1=s.reg1, reg2=s.reg2, lr=s.lr)
     labels = est.fit_predict(load_dataset("toy").x)
     assert est.settings_ == s.replace(epochs=5)
-    np.testing.assert_array_equal(est.affinity_, result["coef"])
+    np.testing.assert_array_equal(est.coef_, result["coef"])
     np.testing.assert_array_equal(labels, result["labels"])
 
 

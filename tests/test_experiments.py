@@ -204,7 +204,7 @@ def test_confusion_counts():
     ("toy_affinity", ["--no-pretrain", "--weights", "x.h5"], "cannot be combined"),
     ("confusion", ["--set", "nope.reg1=1"], "unknown scope"),
     ("tsne", ["--set", "reg1=abc"], "needs a number"),
-    ("ablation", ["--set", "row1.lr=inf"], "--lr must be a finite number > 0"),
+    ("ablation", ["--set", "row1.lr=inf"], "(--lr) must be a finite number > 0"),
     ("convergence", ["--set", "epochs=1.5"], "needs a whole number"),
     ("convergence", ["--set", "subspace_dim=inf"], "needs a whole number"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),

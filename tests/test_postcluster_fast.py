@@ -248,6 +248,20 @@ def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
         np.testing.assert_array_equal(strict, ref)
 
 
+@pytest.mark.filterwarnings("ignore:k >= N:RuntimeWarning")  # sklearn, on these tiny sizes
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_as_many_clusters_as_samples_or_one_fewer(method):
+    """Tiny problems (K ≥ n − 1) leave the shift-invert eigensolvers out on every route; each
+    route still gives the reference's labels."""
+    rng = np.random.default_rng(0)
+    C = rng.random((12, 12)).astype(np.float32)
+    for k in (11, 12):
+        labels = pc.cluster(C, k, 0.5, 1, 1.0, seed=0, method=method)
+        assert labels.shape == (12,) and len(np.unique(labels)) <= k
+        np.testing.assert_array_equal(labels, pc.cluster(C, k, 0.5, 1, 1.0, seed=0,
+                                                         method="reference"))
+
+
 def test_method_is_checked():
     C, _ = trained_like(0)
     with pytest.raises(MescError, match="method"):

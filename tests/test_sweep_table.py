@@ -68,8 +68,18 @@ def test_parse_grid_errors_are_one_line(bad):
 
 
 def test_invalid_setting_in_grid_is_refused():
-    with pytest.raises(MescError, match="--thr must be > 0"):
+    with pytest.raises(MescError, match=r"thr \(--thr\) must be > 0"):
         sweep.expand_grid(Settings(), sweep.parse_grid("thr=0.1,-1"))
+
+
+def test_whole_number_settings_are_stored_as_int():
+    """JSON and grids may give 2000.0 steps; Keras' fit needs an int."""
+    s = Settings(epochs=2000.0, subspace_dim=np.float64(12))
+    assert (s.epochs, s.subspace_dim) == (2000, 12) and type(s.epochs) is int
+    assert type(s.subspace_dim) is int
+    for bad in (float("inf"), float("nan"), 2.5):
+        with pytest.raises(MescError, match=r"epochs \(--epochs\) must be a whole number"):
+            Settings(epochs=bad)
 
 
 def test_cli_bad_grid_is_one_line_exit_2():

@@ -128,6 +128,17 @@ def test_image_shape_with_its_channel_is_accepted(tf1_ckpts, tmp_path):
     expect_error("got \\(32, 0\\)", Architecture, (32, 0), (3,), (15,))
 
 
+def test_architecture_normalises_and_checks_layers():
+    """Lists compare and hash as tuples (a file's architecture is compared with the config's);
+    an even kernel cannot mirror an odd-sized activation, so it is refused up front."""
+    arch = Architecture([32, 32], [3, 3], [4, 8])
+    assert arch == Architecture((32, 32), (3, 3), (4, 8)) and hash(arch) == hash(
+        Architecture((32, 32), (3, 3), (4, 8)))
+    expect_error("kernel sizes must be odd", Architecture, (28, 28), (4, 4, 4), (3, 3, 3))
+    expect_error("channels must be whole numbers >= 1", Architecture, (28, 28), (3,), (0,))
+    expect_error("channels must be whole numbers >= 1", Architecture, (28, 28), (3,), (2.0,))
+
+
 def test_tf1_checkpoint_wrong_architecture(tf1_ckpts):
     expect_error("kernels \\(3,\\) and channels \\(15,\\)", load_tf1_checkpoint,
                  tf1_ckpts["coil20"], get_config("coil40").arch)
