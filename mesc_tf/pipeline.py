@@ -251,7 +251,9 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
 
     ``post_method``: the post-clustering route (:data:`mesc_tf.postcluster.METHODS`; default
     "fast"). The result's ``postcluster`` dict says which solvers ran, whether the spectral
-    step was ill-posed and how many clusters are non-empty (:func:`empty_clusters_note`)."""
+    step was ill-posed and how many clusters are non-empty (:func:`empty_clusters_note`).
+    ``seed`` seeds the spectral clustering only: for repeatable fine-tuning (and no TF32 on a
+    GPU) call :func:`mesc_tf.training.configure_runtime` first, as the scripts do."""
     check_post_method(post_method)  # before the fine-tuning, not after
     model, history, train_s = fine_tune(x, settings, autoencoder, verbose=verbose, **fit_kwargs)
     coef = model.coef.numpy()
