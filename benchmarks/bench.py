@@ -142,10 +142,6 @@ def ours_steps(x, cfg, jit, steps, seed):
 
     # Keras refuses XLA under op determinism; CPU kernels are deterministic either way.
     configure_runtime(seed, deterministic=not jit)
-    if jit:
-        from tensorflow.python.framework import config as tf_config
-
-        tf_config.disable_op_determinism()
     ae, _ = pipeline.get_autoencoder(cfg.arch, **autoencoder_source(cfg.name))
     timer = StepTimer()
     model, _, _ = pipeline.fine_tune(x, cfg.mesc.replace(epochs=steps), ae, verbose=0,

@@ -13,6 +13,7 @@ per dataset are in mesc_tf/config.py.
 import argparse
 import dataclasses
 import json
+import math
 import shutil
 import sys
 import time
@@ -104,8 +105,7 @@ def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
     from mesc_tf.errors import MescError
-    from mesc_tf.training import configure_runtime, resumed_epoch
-    from mesc_tf.weights import load_autoencoder, save_autoencoder
+    from mesc_tf.weights import check_autoencoder_file
 
     cfg = get_config(args.dataset)
     schedule = cfg.pretrain.replace(lr=args.lr, max_steps=args.max_steps,
@@ -124,8 +124,11 @@ def main(argv=None, cleanup=None):
     made = cli.prepare_out_file(out, force=args.force, what="output")
     if cleanup is not None:
         cleanup.extend(made)
+    if args.tensorboard:
+        cli.writable_dir(args.tensorboard, "--tensorboard DIR")
     ckpt = out.with_name(out.stem + ".checkpoint")
     backup = ckpt if (args.checkpoint_every or args.resume) else None
+    _checkpointing[0] = backup is not None
     if args.resume and not (ckpt / "state.json").exists():
         raise MescError(f"nothing to resume at {ckpt}; start with --checkpoint-every N")
     if not args.resume and (ckpt / "state.json").exists():
@@ -133,6 +136,8 @@ def main(argv=None, cleanup=None):
             raise MescError(f"{ckpt} holds the checkpoint of an unfinished pretraining; pass "
                             "--resume to continue it or --force to start over")
         shutil.rmtree(ckpt)
+    if args.init:  # before TensorFlow loads: its start-up lines would bury the error
+        check_autoencoder_file(args.init, cfg.arch)
     ds = data.load_dataset(args.dataset, args.data_dir)
     # The batch size and seed fix the order of minibatches; a resumed run must keep them. The
     # run's start (initializer or --init file, first rate) is recorded beside them for the
@@ -173,6 +178,9 @@ def main(argv=None, cleanup=None):
             ckpt.mkdir(parents=True, exist_ok=True)
             run_file.write_text(json.dumps(recorded))
     schedule = dataclasses.replace(schedule, batch_size=batch_size or len(ds.x))  # as decided
+    from mesc_tf.training import configure_runtime, resumed_epoch  # TensorFlow: input checked
+    from mesc_tf.weights import load_autoencoder, save_autoencoder
+
     configure_runtime(seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
           f"{schedule}")
@@ -183,6 +191,12 @@ def main(argv=None, cleanup=None):
                                  verbose=0 if args.quiet else 1,
                                  log_dir=args.tensorboard, backup_dir=backup,
                                  checkpoint_every=args.checkpoint_every, seed=seed)
+    if not math.isfinite(info["relative_error"]):
+        raise MescError(f"pretraining diverged (relative error {info['relative_error']}); "
+                        f"nothing written: lower --lr (it was {schedule.lr})")
+    if info["relative_error"] >= 1:  # an auto-encoder that outputs 0 scores 1
+        print(f"warning: relative reconstruction error {info['relative_error']:.4g} >= 1: this "
+              "auto-encoder reconstructs nothing; train longer or lower --lr", file=sys.stderr)
     meta = {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
         "n_samples": len(ds.x), "seed": seed,
@@ -217,6 +231,9 @@ def main(argv=None, cleanup=None):
     return meta
 
 
+_checkpointing = [False]  # for the Ctrl-C line
+
 if __name__ == "__main__":
     _cleanup = []
-    cli.main_guard(lambda: main(cleanup=_cleanup), _cleanup)
+    cli.main_guard(lambda: main(cleanup=_cleanup), _cleanup,
+                   interrupted=lambda: cli.training_interrupted(_checkpointing[0]))

@@ -37,10 +37,14 @@ def parse_args(argv=None):
     p.add_argument("--out", help="run directory (default: runs/<dataset>-...-<time>)")
     p.add_argument("--force", action="store_true", help="overwrite a finished run in --out")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
-                   help="save the full training state every N steps into <out>/checkpoint")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+                   help="save the full training state every N steps into <out>/checkpoint "
+                   "(kept after the run, so that --resume --epochs M can extend it; C and "
+                   "Adam's slots: 12 n² bytes)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (a "
+                   "finished one: cluster its C again and rewrite its results)")
     p.add_argument("--tensorboard", action="store_true", help="write TensorBoard logs to <out>/tb")
-    p.add_argument("--jit", action="store_true", help="compile the step with XLA")
+    p.add_argument("--jit", action="store_true", help="compile the step with XLA (without "
+                   "TF's op determinism: on a GPU, reruns may differ in the last bits)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     if args.resume and not args.out:
@@ -70,7 +74,10 @@ def main(argv=None, cleanup=None):
         force=args.force, resume=args.resume)
     if created and cleanup is not None:
         cleanup.append(out)
+    if args.tensorboard:
+        cli.writable_dir(out / "tb", "--out DIR (its tb/ is not a writable folder)")
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
+    _checkpointing[0] = backup is not None
     saved = _check_checkpoint(args, out, settings)
     if args.resume and args.checkpoint_every is None:  # keep saving as the first run did
         args.checkpoint_every = saved.get("checkpoint_every")
@@ -85,9 +92,15 @@ def main(argv=None, cleanup=None):
         cli.write_json(backup / "run.json", {**_run_identity(args, settings),
                                              "checkpoint_every": args.checkpoint_every})
 
+    weights = args.weights or (None if args.tf1_checkpoint or args.no_pretrain
+                               else pipeline.pretrained_path(args.dataset))
+    if weights and (args.weights or Path(weights).exists()):  # h5py: before TF's start-up lines
+        from mesc_tf.weights import check_autoencoder_file
+
+        check_autoencoder_file(weights, cfg.arch)
     from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
 
-    configure_runtime(args.seed)
+    configure_runtime(args.seed, deterministic=not args.jit)  # Keras: no XLA under determinism
     ae, ae_source = pipeline.get_autoencoder(
         cfg.arch, dataset=args.dataset, weights=args.weights,
         tf1_checkpoint=args.tf1_checkpoint, no_pretrain=args.no_pretrain)
@@ -119,11 +132,18 @@ def main(argv=None, cleanup=None):
 
 
 def _run_identity(args, settings):
-    """What a checkpoint must agree on to be resumed (--epochs may grow)."""
+    """What a checkpoint must agree on to be resumed: not --epochs (it may grow), nor the
+    post-clustering settings (they act on the C that training gives)."""
+    from mesc_tf import pipeline
+
     s = settings.to_dict()
-    s.pop("epochs")
+    for name in ("epochs", "thr", "subspace_dim", "power", "variant"):
+        s.pop(name)
     absolute = lambda p: str(Path(p).absolute()) if p else None  # noqa: E731
-    return {"dataset": args.dataset, "seed": args.seed, "weights": absolute(args.weights),
+    weights = args.weights
+    if not (weights or args.tf1_checkpoint or args.no_pretrain):  # the default, by its path
+        weights = pipeline.pretrained_path(args.dataset)
+    return {"dataset": args.dataset, "seed": args.seed, "weights": absolute(weights),
             "tf1_checkpoint": absolute(args.tf1_checkpoint),
             "no_pretrain": bool(args.no_pretrain), **s}
 
@@ -162,13 +182,17 @@ def _check_checkpoint(args, out, settings):
         if diff:
             raise MescError(f"the checkpoint in {ckpt} was made with other options "
                             f"({', '.join(f'{k}: {saved.get(k)} now {now.get(k)}' for k in diff)}); "
-                            "resume with the same options, or pass --force to start over")
+                            "resume with the same options, or drop --resume and pass --force "
+                            "to start over")
     if epoch > settings.epochs:
         raise MescError(f"the checkpoint in {ckpt} is at step {epoch}, past --epochs "
                         f"{settings.epochs}; resume with --epochs {epoch} or more")
     return saved
 
 
+_checkpointing = [False]  # for the Ctrl-C line
+
 if __name__ == "__main__":
     _cleanup = []
-    cli.main_guard(lambda: main(cleanup=_cleanup), _cleanup)
+    cli.main_guard(lambda: main(cleanup=_cleanup), _cleanup,
+                   interrupted=lambda: cli.training_interrupted(_checkpointing[0]))

@@ -181,4 +181,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.main_guard(main)
+    cli.main_guard(main, interrupted=lambda: "interrupted; finished trials are kept in the "
+                   "results file: rerun the same command to run the others")

@@ -73,7 +73,8 @@ def _per_dataset(values, what):
     for v in values or []:
         name, eq, path = v.partition("=")
         if not eq or name.lower() not in DATASETS or not path:
-            raise ValueError(f"--{what} takes DATASET=PATH (e.g. orl=pretrained/orl.h5), got {v!r}")
+            example = "orl=original" if what == "tf1-checkpoint" else "orl=pretrained/orl.h5"
+            raise ValueError(f"--{what} takes DATASET=PATH (e.g. {example}), got {v!r}")
         out[name.lower()] = path
     return out
 
@@ -359,4 +360,5 @@ def _run(todo, args, data_dir):
 
 
 if __name__ == "__main__":
-    cli.main_guard(main)
+    cli.main_guard(main, interrupted=lambda: "interrupted; finished cells are kept: rerun "
+                   "the same command to compute the others")

@@ -18,10 +18,22 @@ from mesc_tf.errors import MescError
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors (argparse prints the usage block first)."""
+    """argparse with one-line errors (argparse prints the usage block first) that also refuses
+    an empty path, which would otherwise mean the current folder or the default file."""
+
+    PATH_OPTIONS = ("out", "weights", "tf1_checkpoint", "save_coef", "init", "tensorboard",
+                    "data_dir", "coef_cache")
 
     def error(self, message):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        for name in self.PATH_OPTIONS:
+            value = getattr(ns, name, None)
+            if value == "" or (isinstance(value, list) and "" in value):
+                self.error(f"--{name.replace('_', '-')} is empty; give a path")
+        return ns
 
 
 def seed_arg(text) -> int:
@@ -95,9 +107,9 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="res
         raise
 
 
-def writable_dir(out) -> Path:
+def writable_dir(out, option="--out DIR") -> Path:
     """``out``, created if missing and checked by writing a file into it; a MescError that
-    names it otherwise (before a long run, not after)."""
+    names it and ``option`` otherwise (before a long run, not after)."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -106,7 +118,7 @@ def writable_dir(out) -> Path:
         os.remove(probe)
     except OSError as e:
         raise MescError(f"output directory {out} is not writable ({e.strerror}); "
-                        "pass a writable --out DIR") from None
+                        f"pass a writable {option}") from None
     return out
 
 
@@ -187,13 +199,26 @@ def versions():
             "sklearn": sklearn.__version__, "h5py": h5py.__version__}
 
 
-def main_guard(main, cleanup=None):
+INTERRUPTED = "interrupted; what was finished is kept"
+
+
+def training_interrupted(checkpointing: bool) -> str:
+    """The Ctrl-C line of a training script, with or without --checkpoint-every."""
+    if checkpointing:
+        return ("interrupted; the last checkpoint (if one was written) is kept: rerun the "
+                "same command with --resume to continue from it")
+    return ("interrupted; nothing was kept: rerun the command (with --checkpoint-every N a "
+            "long run can be resumed)")
+
+
+def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     """Run ``main()``; turn user errors into one line and exit status 2.
 
     ``cleanup`` (a list of paths filled in by main) is removed when main fails, so that a
     failed run leaves nothing half-written behind; a folder that holds a training checkpoint
     (a ``state.json`` anywhere below it) is kept, so that ``--resume`` can continue. Anything
-    else (a bug) keeps its traceback, after the same cleanup.
+    else (a bug) keeps its traceback, after the same cleanup. ``interrupted()`` gives the
+    line for Ctrl-C: what is kept and how to go on.
     """
     cleanup = cleanup if cleanup is not None else []
     try:
@@ -209,8 +234,10 @@ def main_guard(main, cleanup=None):
         sys.exit(2)
     except KeyboardInterrupt:
         _remove(cleanup)
-        sys.stderr.write("error: interrupted; finished checkpoints (if any) are kept, rerun "
-                         "with --resume to continue\n")
+        if sys.stdout.isatty():  # end the progress bar's line
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        sys.stderr.write(f"error: {interrupted()}\n")
         sys.exit(130)
     except Exception as e:  # an out-of-memory error from TF, for one
         if type(e).__name__ == "ResourceExhaustedError":

@@ -83,7 +83,8 @@ class _Root:
             if (self.path / name).is_file():
                 return self.path / name
         looked = " or ".join(str(self.path / n) for n in names)
-        gone = ", which does not exist" if not self.path.is_dir() else ""
+        gone = ("" if self.path.is_dir() else ", which is a file, not a folder"
+                if self.path.exists() else ", which does not exist")
         raise MescError(
             f"{dataset} data file not found: looked for {looked} (data folder {self.how}{gone}); "
             f"{_HOW_TO_GET}"
@@ -205,6 +206,8 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
                 f"{where}: {n} images for {k} clusters; need at least one image per cluster "
                 f"(lower n_clusters or add images)"
             )
+        if n < 2:  # self-expression writes each image through the others
+            raise MescError(f"{where}: {n} image; clustering needs at least 2")
         if y is not None and np.unique(y).size != k:
             raise MescError(
                 f"{where}: labels hold {np.unique(y).size} distinct classes but n_clusters is "
@@ -355,6 +358,9 @@ def _load_toy(root: _Root) -> Dataset:
     path = root.find("toy", "COIL20.mat")
     x, gnd = _fea_gnd(path, "toy")
     keep = np.isin(gnd, objects)
+    if not keep.any():
+        raise MescError(f"{path} holds none of COIL20's objects {objects.tolist()}, the Toy set; "
+                        "give the COIL20.mat of the benchmark")
     y = np.argmax(gnd[keep, None] == objects[None, :], axis=1) + 1
     return _dataset("toy", x[keep], y, [path], n_clusters=len(objects))
 

@@ -111,10 +111,13 @@ def available_memory() -> int:
     limit = os.environ.get(MEMORY_LIMIT_ENV)
     if limit:
         try:
-            return int(float(limit))
+            value = float(limit)
         except ValueError:
-            raise MescError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a number of bytes; set it to "
-                            "e.g. 8e9 or unset it") from None
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise MescError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a number of bytes > 0; set it "
+                            "to e.g. 8e9 or unset it")
+        return int(value)
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
@@ -127,9 +130,10 @@ def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
     need, have = memory_estimate(n_samples, arch, rank), available_memory()
     if need > have:
+        cap = f" (the cap {MEMORY_LIMIT_ENV} sets)" if os.environ.get(MEMORY_LIMIT_ENV) else ""
         raise MescError(f"a problem of {n_samples} samples needs about {need / 2**30:.1f} GiB "
-                        f"but {have / 2**30:.1f} GiB is available; use a subset of the data or a "
-                        "machine with more memory")
+                        f"but {have / 2**30:.1f} GiB is available{cap}; use a subset of the data "
+                        "or a machine with more memory")
     return need
 
 

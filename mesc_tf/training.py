@@ -28,13 +28,18 @@ def configure_runtime(seed=None, deterministic=True):
     """Seed every random source and make float32 results reproducible.
 
     TF32 is switched off because the references ran without it (pitfall 4); op determinism
-    makes GPU reductions repeatable (CPU kernels already are).
+    makes GPU reductions repeatable (CPU kernels already are). Keras compiles nothing with XLA
+    under op determinism, so a ``jit_compile`` run needs ``deterministic=False``.
     """
     if seed is not None:
         keras.utils.set_random_seed(int(seed))  # Python, NumPy and TF
     tf.config.experimental.enable_tensor_float_32_execution(False)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
+    else:  # TF has no public switch back
+        from tensorflow.python.framework import config as tf_config
+
+        tf_config.disable_op_determinism()
 
 
 def full_batch(x):

@@ -13,6 +13,7 @@ TF1 checkpoints (reference-facts §1.3, pitfall 11): kernels are ``enc_w{i}`` / 
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,12 @@ def default_tf1_dir() -> Path:
 def tf1_prefix(dataset: str, value: str) -> str:
     """A --tf1-checkpoint value for ``dataset``: a checkpoint prefix, or "original" for the
     authors' checkpoint of that dataset (ORIGINAL_CHECKPOINTS under default_tf1_dir)."""
-    return str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset]) if value == "original" else value
+    if value != "original":
+        return value
+    if not default_tf1_dir().is_dir():
+        raise MescError(f"the authors' checkpoints are not in {default_tf1_dir()}; set "
+                        "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders")
+    return str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset])
 
 
 def _open_h5(path, mode="r"):
@@ -115,6 +121,17 @@ def assign_weights(autoencoder, weights, source):
             var.assign(value)
 
 
+def check_autoencoder_file(path, arch: Architecture | None = None):
+    """:func:`read_autoencoder_file`, and its architecture must equal ``arch`` if given.
+    h5py only: scripts check a file with it before TensorFlow loads (and logs)."""
+    file_arch, metadata, weights = read_autoencoder_file(path)
+    if arch is not None and file_arch != arch:
+        raise MescError(f"{path} holds an auto-encoder for {file_arch.to_dict()} but this "
+                        f"dataset needs {arch.to_dict()}; give an auto-encoder made for this "
+                        "dataset")
+    return file_arch, metadata, weights
+
+
 def load_autoencoder(path, arch: Architecture | None = None):
     """Build a :class:`~mesc_tf.model.ConvAutoEncoder` from a project ``.h5`` file.
 
@@ -122,10 +139,7 @@ def load_autoencoder(path, arch: Architecture | None = None):
     """
     from mesc_tf.model import ConvAutoEncoder
 
-    file_arch, metadata, weights = read_autoencoder_file(path)
-    if arch is not None and file_arch != arch:
-        raise MescError(f"{path} holds an auto-encoder for {file_arch.to_dict()} but this "
-                        f"dataset needs {arch.to_dict()}; pass --weights for this dataset")
+    file_arch, metadata, weights = check_autoencoder_file(path, arch)
     ae = ConvAutoEncoder(file_arch).build_for_input()
     assign_weights(ae, weights, path)
     return ae, metadata
@@ -135,8 +149,10 @@ def read_tf1_checkpoint(prefix, image_shape):
     """(Architecture, {layer: (kernel, bias)}) from an original TF1 checkpoint prefix."""
     import tensorflow as tf
 
+    # A file of the checkpoint named instead of its prefix: take the prefix.
+    prefix = re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", str(prefix))
     try:
-        reader = tf.train.load_checkpoint(str(prefix))
+        reader = tf.train.load_checkpoint(prefix)
     except (ValueError, tf.errors.OpError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MescError(f"cannot read TF1 checkpoint {prefix} ({first}); give the prefix "

@@ -151,6 +151,8 @@ def test_coil20_and_toy(tmp_path):
     assert toy.x.shape == (12, 32, 32, 1) and toy.n_clusters == 3
     np.testing.assert_array_equal(toy.y, np.repeat([1, 2, 3], 4))
     np.testing.assert_allclose(toy.x[..., 0], fea[:12].reshape(-1, 32, 32).astype(np.float32))
+    savemat(tmp_path / "COIL20.mat", fea=fea[12:], gnd=gnd[12:])  # objects 4..20 only
+    expect_error("holds none of COIL20's objects", load_dataset, "toy", tmp_path)
 
 
 def _yale_Y(n_img=3, n_subj=4):

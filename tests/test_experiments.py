@@ -319,6 +319,9 @@ def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_p
         sweep.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
     args = run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
     assert args.tf1_checkpoint == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
+    monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path / "nope"))  # a folder that is not there
+    with pytest.raises(MescError, match="set MESC_TF1_DIR to the folder"):
+        run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
 
 
 def test_spread_is_the_sample_std_and_always_shown_for_several_seeds():

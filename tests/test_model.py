@@ -197,3 +197,21 @@ def test_adam_updates_coef_in_place():
 
     fit_steps(model, x, 6, 1e-3, verbose=0, callbacks=[Address()])
     assert len(set(addresses)) == 1
+
+
+def test_jit_compile_is_not_refused():
+    """Keras compiles nothing with XLA under op determinism (it warns and runs without);
+    configure_runtime(deterministic=False), as ``run.py --jit`` calls it, lets it compile."""
+    import warnings
+
+    from mesc_tf.training import configure_runtime, fit_steps
+
+    configure_runtime(0, deterministic=False)
+    try:
+        model, x = tiny_mescnet(12)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "Model doesn't support jit_compile=True"
+            fit_steps(model, x, 2, 1e-3, verbose=0, jit_compile=True)
+        assert model.jit_compile is True
+    finally:
+        configure_runtime(0)

@@ -229,6 +229,8 @@ RUN_CASES = {
     "resume-without-checkpoint": (lambda f: [*ORL, *_data("orl")(f), "--resume"],
                                   ["nothing to resume", "--checkpoint-every"]),
     "resume-without-out": (lambda f: ["--dataset", "orl", "--resume"], ["--resume needs --out"]),
+    "empty-out": (lambda f: [*ORL, "--out", ""], ["--out is empty"]),
+    "empty-weights": (lambda f: ["--dataset", "orl", "--weights", ""], ["--weights is empty"]),
 }
 
 
@@ -262,13 +264,14 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
                           capsys)
     assert code == 2
     assert_one_error_line(err, "120 samples needs about", f"{need / 2**30:.1f} GiB",
-                          "0.0 GiB is available")
+                          "0.0 GiB is available (the cap MESC_MEMORY_LIMIT_BYTES sets)")
     assert not list(tmp_path.iterdir())
-    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "lots")
-    code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out", tmp_path / "r"],
-                          capsys)
-    assert code == 2
-    assert_one_error_line(err, "MESC_MEMORY_LIMIT_BYTES")
+    for value in ("lots", "-1", "0"):
+        monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, value)
+        code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out",
+                                    tmp_path / "r"], capsys)
+        assert code == 2
+        assert_one_error_line(err, f"MESC_MEMORY_LIMIT_BYTES='{value}' is not a number of bytes")
 
 
 def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
@@ -337,6 +340,13 @@ def test_main_guard_cleanup(tmp_path, capsys):
     with pytest.raises(ZeroDivisionError):
         cli.main_guard(fail(ZeroDivisionError()), [plain])
     assert not plain.exists()
+    # Ctrl-C: exit 130, and the line says how to go on (no --resume without a checkpoint).
+    for checkpointing, advice in ((True, "with --resume"), (False, "nothing was kept")):
+        with pytest.raises(SystemExit) as e:
+            cli.main_guard(fail(KeyboardInterrupt()),
+                           interrupted=lambda: cli.training_interrupted(checkpointing))
+        err = capsys.readouterr().err
+        assert e.value.code == 130 and err.startswith("error: interrupted;") and advice in err
 
 
 # --- results never lost -------------------------------------------------------------------------
@@ -405,6 +415,7 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
         (["--max-steps", "0"], "trains nothing: give --init"),
         (["--checkpoint-every", "0"], ">= 1"), (["--out", files["a_file"] / "x.h5"], "cannot write"),
         (["--out", out, "--resume"], "nothing to resume"),
+        (["--out", out, "--tensorboard", files["a_file"]], "pass a writable --tensorboard DIR"),
     ]:
         code, _, err = invoke(PRETRAIN, [*data, *argv], capsys)
         assert code == 2, err
@@ -648,5 +659,10 @@ def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
     # Resuming with other options is refused in one line, and nothing is touched.
     code, _, err = invoke(RUN, [*argv, "--resume", "--lr", "0.005"], capsys)
     assert code == 2
-    assert_one_error_line(err, "made with other options", f"lr: {get_config('orl').mesc.lr} now 0.005")
+    assert_one_error_line(err, "made with other options",
+                          f"lr: {get_config('orl').mesc.lr} now 0.005",
+                          "drop --resume and pass --force")
     assert json.loads(state.read_text())["epoch"] == epochs
+    # Post-clustering settings act on the trained C: changing them does not block a resume.
+    again = RUN.main([*argv, "--resume", "--thr", "0.5", "--force"])
+    assert again["timings"]["steps"] == epochs and np.array_equal(again["coef"], resumed)

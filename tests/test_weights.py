@@ -174,6 +174,15 @@ def test_tf1_forward_regression(name, sse, rel, rel_atol, tf1_ckpts, shared_data
         np.testing.assert_allclose(relative_error(ae, x, batch_size=150), got_rel, rtol=1e-5)
 
 
+def test_tf1_checkpoint_named_by_one_of_its_files(tf1_ckpts):
+    """``model.ckpt.index`` (what a file browser shows) stands for the prefix ``model.ckpt``."""
+    arch = get_config("orl").arch
+    _, expected = read_tf1_checkpoint(tf1_ckpts["orl"], arch.image_shape)
+    for suffix in (".index", ".data-00000-of-00001"):
+        _, weights = read_tf1_checkpoint(f"{tf1_ckpts['orl']}{suffix}", arch.image_shape)
+        assert all(np.array_equal(weights[k][0], expected[k][0]) for k in expected)
+
+
 def test_tf1_checkpoint_missing(tmp_path):
     expect_error("cannot read TF1 checkpoint", read_tf1_checkpoint, tmp_path / "nope.ckpt",
                  (32, 32))
