@@ -73,6 +73,8 @@ def parse_args(argv=None):
     p.add_argument("--summary-only", action="store_true",
                    help="run nothing; summarise the file (the grid's trials if --grid is given)")
     args = p.parse_args(argv)
+    if args.dry_run and args.summary_only:
+        p.error("--dry-run and --summary-only both run nothing; give one of them")
     if args.jobs < 1:
         p.error("--jobs must be >= 1")
     if args.threads_per_job is not None and args.threads_per_job < 1:

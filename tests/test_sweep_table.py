@@ -90,6 +90,14 @@ def test_cli_bad_grid_is_one_line_exit_2():
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: grid: unknown field 'bogus'")
 
 
+def test_cli_dry_run_and_summary_only_together_are_refused():
+    from experiments import sweep as sweep_script
+
+    with pytest.raises(SystemExit) as e:
+        sweep_script.parse_args(["--dataset", "orl", "--dry-run", "--summary-only"])
+    assert e.value.code == 2
+
+
 def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
