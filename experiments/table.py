@@ -86,8 +86,8 @@ def parse_args(argv=None):
     p.add_argument("--methods", nargs="+", default=[",".join(METHODS)],
                    help=f"methods (default {','.join(METHODS)})")
     p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0,1,2,3,4)")
-    p.add_argument("--out", default="experiments/results", help="output folder "
-                   "(default experiments/results)")
+    p.add_argument("--out", help="output folder (default experiments/results; required with "
+                   "--max-epochs, so that a smoke test never writes into the committed table)")
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
     p.add_argument("--weights", action="append", metavar="DATASET=PATH",
                    help="auto-encoder .h5 for one dataset (default pretrained/<dataset>.h5)")
@@ -119,9 +119,12 @@ def parse_args(argv=None):
         p.error("--jobs must be >= 1")
     if args.max_epochs is not None and args.max_epochs < 1:
         p.error("--max-epochs must be >= 1")
+    if args.out is None and args.max_epochs is not None:
+        p.error("--max-epochs (a smoke test) needs --out DIR: it would replace cells of the "
+                "committed table in experiments/results")
     if args.threads_per_job is None and args.jobs > 1:
         args.threads_per_job = 1
-    args.out = Path(args.out)
+    args.out = Path(args.out or "experiments/results")
     return args
 
 

@@ -224,14 +224,15 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
 
     tf1_dir = tf1_ckpts["coil20"].parents[2]  # .../pretrained-tf1
     out = tmp_path / "ae"
-    summary = compare_autoencoders.main(["--datasets", "toy", "--seeds", "0", "--max-epochs", "2",
-                                         "--tf1-dir", str(tf1_dir), "--out", str(out)])
+    summary = compare_autoencoders.main(["--datasets", "toy", "--seeds", "0-0", "--max-epochs",
+                                         "2", "--tf1-dir", str(tf1_dir), "--out", str(out)])
     err = summary["toy"]["relative_error"]
     assert 0 < err["ours"] < 0.01 and 0 < err["original"] < 0.01  # both fit the Toy objects
     r = summary["toy"]["methods"]["our"]
     assert len(r["ours"]["acc"]) == len(r["original"]["acc"]) == 1
     md = (out / "autoencoders.md").read_text()
-    assert md.startswith("# Our auto-encoders") and "| toy | our |" in md
+    assert md.startswith("# Our auto-encoders") and "| toy | our | 0 (smoke) |" in md
+    assert "SMOKE TEST ROWS (fine-tuning capped by --max-epochs): toy/our;" in md
     codes = summary["toy"]["codes"]  # the codes clustered without fine-tuning
     assert codes["ours"]["mean_abs_code"] > 0 and codes["original"]["lsr"]["seeds"] == [0]
     lsr_acc = {k: dict(zip(c["lsr"]["rel_lambda"], c["lsr"]["acc"])) for k, c in codes.items()}

@@ -370,3 +370,12 @@ def test_table_bad_options_are_one_line():
                         "orl,nope"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "MESC_DATA_DIR": "/nonexistent"})
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "unknown dataset 'nope'" in p.stderr
+
+
+def test_table_smoke_run_needs_its_own_out():
+    """--max-epochs cells are flagged, but would still replace the committed ones."""
+    mod = _script("table")
+    with pytest.raises(SystemExit) as e:
+        mod.parse_args(["--datasets", "toy", "--max-epochs", "2"])
+    assert e.value.code == 2
+    assert mod.parse_args(["--datasets", "toy"]).out == Path("experiments/results")
