@@ -130,14 +130,19 @@ def main(argv=None):
         print(f"note: {args.out}: {bad} unreadable line(s) skipped (a trial torn by a kill; "
               "it will be rerun)")
     if args.summary_only:
+        # The records of this auto-encoder only (a file holds many): the same file counts
+        # whether it was named by --weights or taken as the default.
+        ae = sweep.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
+                                       args.no_pretrain)
         keys = None
         if args.grid:
-            ae = sweep.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
-                                           args.no_pretrain)
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
             keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
                     for s in settings for seed in args.seeds}
-        mine = [r for r in records if r["dataset"] == args.dataset]
+        same = ae.ident.split(":")[-1]
+        mine = [r for r in records if r["dataset"] == args.dataset
+                and r["autoencoder_id"].split(":")[-1] == same]
+        print(f"{len(mine)} of the file's records come from {ae.describe()}")
         print(sweep.format_summary(sweep.summarize(mine, keys), args.top))
         return 0
 

@@ -167,6 +167,23 @@ def test_archive_parts_are_read_before_the_file(tmp_path):
         sweep.read_records(out)
 
 
+def test_summary_only_keeps_the_chosen_autoencoders_records(toy_weights, tmp_path, capsys):
+    """A results file mixes auto-encoders; --summary-only ranks those of --weights (or the
+    default file) alone, whichever way the file was named when the trials ran."""
+    ident = sweep.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+    out = tmp_path / "toy.jsonl"
+    for ae_id, reg1, acc in ((ident, 1.0, 0.5), ("pretrained:" + ident.split(":")[1], 2.0, 0.6),
+                             ("weights:0123456789abcdef", 3.0, 0.9)):
+        sweep.append_jsonl(out, {"dataset": "toy", "autoencoder_id": ae_id, "seed": 0,
+                                 "error": None, "settings": Settings(reg1=reg1).to_dict(),
+                                 "timings": {}, "metrics": {"acc": acc, "nmi": acc}})
+    _script("sweep").main(["--dataset", "toy", "--summary-only", "--weights", str(toy_weights),
+                           "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.startswith("2 of the file's records come from weights")
+    assert "90.00" not in printed and "60.00" in printed and "50.00" in printed
+
+
 def test_summary_ranks_by_median_acc():
     def rec(reg1, seed, acc):
         return {"dataset": "toy", "autoencoder_id": "none", "seed": seed, "error": None,
