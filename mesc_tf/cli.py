@@ -186,6 +186,24 @@ def display_path(path, root) -> str:
     return str(path) if rel.startswith(os.pardir + os.sep + os.pardir) else rel
 
 
+def code_revision() -> str:
+    """The git commit of this checkout ('-dirty' with uncommitted changes), else 'unknown'."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if rev.returncode != 0:
+        return "unknown"
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def versions():
     import h5py
     import keras
@@ -194,7 +212,10 @@ def versions():
     import sklearn
     import tensorflow
 
-    return {"python": sys.version.split()[0], "tensorflow": tensorflow.__version__,
+    from mesc_tf import __version__
+
+    return {"mesc_tf": f"{__version__} ({code_revision()})",
+            "python": sys.version.split()[0], "tensorflow": tensorflow.__version__,
             "keras": keras.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
             "sklearn": sklearn.__version__, "h5py": h5py.__version__}
 

@@ -528,13 +528,16 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
             except OSError:  # a full disk must not cost the trials their trained C
                 cache_use = "not written"
 
-    records = []
+    from mesc_tf.cli import code_revision
+
+    records, code = [], code_revision()  # records match without it; see README, "Sweeps"
     for trial in sorted(group.trials, key=lambda t: (t.settings.epochs, t.seed)):
         s = trial.settings
         rec = {
             "dataset": dataset, "method": method or group.tag, "seed": trial.seed,
             "settings": normalized(s), "autoencoder": ae.describe(),
-            "autoencoder_id": ae.ident, "n_samples": n, "metrics": None, "error": None,
+            "autoencoder_id": ae.ident, "n_samples": n, "code": code, "metrics": None,
+            "error": None,
             "shared_training": {"steps_run": steps_run, "snapshots": steps,
                                 "trials": len(group.trials),
                                 **({"coef_cache": cache_use} if cache_use else {})},
