@@ -255,11 +255,14 @@ def render_md(table, invocation) -> str:
         "* Settings: mesc_tf/config.py (config.method_settings), stored per cell in "
         "main_table.json with the auto-encoder used, the seeds, the timings and the versions.",
     ]
-    others = sorted({(d, c["autoencoder"]) for d, _, c in cells
-                     if not str(c.get("autoencoder", "pretrained")).startswith("pretrained")})
+    others: dict = {}  # (dataset, auto-encoder) → methods, for the cells not from pretrained/
+    for d, m, c in cells:
+        if not str(c.get("autoencoder", "pretrained")).startswith("pretrained"):
+            others.setdefault((d, c["autoencoder"]), []).append(METHOD_NAMES.get(m, m))
     if others:
         lines.append("* Auto-encoder: this project's pretrained/<dataset>.h5, except "
-                     + "; ".join(f"{d}: {_short(ae)}" for d, ae in others) + ".")
+                     + "; ".join(f"{d} ({', '.join(ms)}): {_short(ae)}"
+                                 for (d, ae), ms in sorted(others.items())) + ".")
     return "\n".join([*lines, ""])
 
 

@@ -380,7 +380,11 @@ def test_table_md_puts_paper_values_beside_measured():
     assert "except" not in md  # every cell from pretrained/<dataset>.h5
     tf1 = {**cell, "autoencoder": "TF1 checkpoint /elsewhere/EYaleB/model.ckpt"}
     md = mod.render_md({"orl": {"our": cell}, "eyaleb": {"our": tf1, "dsc_l1": tf1}}, "")
-    assert md.count("except eyaleb: TF1 checkpoint /elsewhere/EYaleB/model.ckpt.") == 1
+    assert md.count("except eyaleb (Our (MESC-Net), DSC-Net-L1): TF1 checkpoint "
+                    "/elsewhere/EYaleB/model.ckpt.") == 1
+    # A dataset whose cells came from two auto-encoders names the methods of each.
+    md = mod.render_md({"eyaleb": {"our": tf1, "dsc_l1": cell}}, "")
+    assert "except eyaleb (Our (MESC-Net)): TF1 checkpoint" in md
 
 
 def test_table_bad_options_are_one_line():
