@@ -75,14 +75,25 @@ def preset(dataset: str, method: str):
 # Options
 
 
+def seeds_arg(text) -> list[int]:
+    """argparse type of one --seeds token: a seed, 0,1,2 or 0-4 (sweep.parse_seeds)."""
+    import argparse
+
+    try:
+        return sweep.parse_seeds(text)
+    except MescError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds: ")) from None
+
+
 def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), ae_sources=True, methods=None):
     """The options every experiment shares. ``doc`` is the script's docstring."""
     p = cli.ArgumentParser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
                    default=list(datasets), metavar="NAME",
                    help=f"datasets (default: {' '.join(datasets)}; any of {', '.join(DATASETS)})")
-    p.add_argument("--seeds", nargs="+", type=cli.seed_arg, default=None, metavar="S",
-                   help=f"seeds of the clustering (and of he_normal starts); default "
+    p.add_argument("--seeds", nargs="+", type=seeds_arg, default=None, metavar="S",
+                   help=f"seeds of the clustering (and of he_normal starts): 0 1 2, 0,1,2 or "
+                        f"0-2, as table.py and sweep.py take them; default "
                         f"{' '.join(map(str, seeds))}")
     p.set_defaults(default_seeds=list(seeds))
     if methods is not None:
@@ -134,10 +145,10 @@ def finish_args(p, args, scopes=tuple(METHODS)):
             if getattr(args, k) is None:
                 setattr(args, k, SMOKE[k])
         if args.seeds is None:
-            args.seeds = list(SMOKE["seeds"])
+            args.seeds = [list(SMOKE["seeds"])]
     if args.seeds is None:
-        args.seeds = list(args.default_seeds)
-    args.seeds = list(dict.fromkeys(args.seeds))  # unique, in order
+        args.seeds = [list(args.default_seeds)]
+    args.seeds = list(dict.fromkeys(s for group in args.seeds for s in group))  # unique, ordered
     args.datasets = list(dict.fromkeys(args.datasets))
     for k in ("classes", "per_class"):
         v = getattr(args, k)

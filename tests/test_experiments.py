@@ -342,3 +342,11 @@ def test_display_label_shortens_paths_beside_the_repo():
     assert display_label(f"tf1:{beside}") == "tf1:../shared/pretrained-tf1/x.ckpt"
     assert display_label("h5:pretrained/orl.h5") == "h5:pretrained/orl.h5"
     assert display_label("he_normal (no pretraining)") == "he_normal (no pretraining)"
+
+
+def test_figure_scripts_take_the_seed_forms_of_table_and_sweep():
+    from experiments import ablation
+
+    for argv, seeds in ((["--seeds", "0-2"], [0, 1, 2]), (["--seeds", "0", "1"], [0, 1]),
+                        (["--seeds", "0,3", "1", "3"], [0, 3, 1]), ([], [0, 1, 2])):
+        assert ablation.parse_args(argv).seeds == seeds
