@@ -137,7 +137,8 @@ def render_md(summary) -> str:
 
     def cell(v):
         v = 100 * np.asarray(v)
-        return f"{np.median(v):.2f} ({v.mean():.2f} ± {v.std(ddof=1) if len(v) > 1 else 0:.2f})"
+        spread = f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else ""  # one seed: no spread
+        return f"{np.median(v):.2f} ({v.mean():.2f}{spread})"
 
     for d, s in summary.items():
         e = s["relative_error"]

@@ -193,7 +193,8 @@ def _pct(values):
     from mesc_tf import sweep
 
     st = sweep.stats(values)
-    return st, f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}", 100 * st["median"]
+    spread = f" ± {100 * st['std']:.2f}" if st["n"] > 1 else ""  # one seed: no spread to show
+    return st, f"{100 * st['mean']:.2f}{spread}", 100 * st["median"]
 
 
 def render_md(table, invocation) -> str:

@@ -377,6 +377,10 @@ def test_table_md_puts_paper_values_beside_measured():
     assert row.split(" | ")[2:8] == ["90.50 ± 0.50", "90.50 ✓", "90.25", "93.50 ± 0.50",
                                      "93.50 ✗", "93.59"]
     assert "test cpu (2 cores)" in md and "SMOKE" not in md
+    one = {**cell, "acc": [0.9], "nmi": [0.93], "seeds": [0]}  # one seed: no spread shown
+    row = next(line for line in mod.render_md({"orl": {"our": one}}, "").splitlines()
+               if line.startswith("| orl |"))
+    assert row.split(" | ")[2] == "90.00"
     assert "except" not in md  # every cell from pretrained/<dataset>.h5
     tf1 = {**cell, "autoencoder": "TF1 checkpoint /elsewhere/EYaleB/model.ckpt"}
     md = mod.render_md({"orl": {"our": cell}, "eyaleb": {"our": tf1, "dsc_l1": tf1}}, "")
