@@ -178,13 +178,15 @@ def main(argv=None, cleanup=None):
             ckpt.mkdir(parents=True, exist_ok=True)
             run_file.write_text(json.dumps(recorded))
     schedule = dataclasses.replace(schedule, batch_size=batch_size or len(ds.x))  # as decided
-    from mesc_tf.training import configure_runtime, resumed_epoch  # TensorFlow: input checked
+    from mesc_tf.training import (  # TensorFlow: only once the input is checked
+        configure_runtime, resumed_epoch, resumed_seconds)
     from mesc_tf.weights import load_autoencoder, save_autoencoder
 
     configure_runtime(seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
           f"{schedule}")
     resumed_at = resumed_epoch(ckpt) if args.resume else None
+    earlier_s = resumed_seconds(ckpt) if args.resume else 0.0  # the steps kept from before
     start = time.perf_counter()
     init, init_meta = load_autoencoder(args.init, cfg.arch) if args.init else (None, None)
     ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,
@@ -218,7 +220,8 @@ def main(argv=None, cleanup=None):
         "activation_scale": schedule.activation_scale,
         "activation_factors": info["activation_factors"],
         "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],
-        "seconds": time.perf_counter() - start,
+        # This process's seconds plus the recorded training time of the steps it resumed.
+        "seconds": time.perf_counter() - start + earlier_s,
         "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
         "versions": cli.versions(),
     }

@@ -170,6 +170,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
         self.every = max(int(every), 1)
         self._state_path = Path(backup_dir) / "state.json"
+        # Training seconds of the steps in the backup, over every process that ran them.
+        self._seconds_before, self._started = 0.0, time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
         self._current_epoch = epoch + 1
@@ -184,8 +186,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model.save_weights(str(tmp), overwrite=True)
         _fsync(tmp)
         os.replace(tmp, backup_dir / name)
+        seconds = self._seconds_before + time.perf_counter() - self._started
         atomic_write_text(self._state_path, json.dumps({"epoch": self._current_epoch,
-                                                        "weights": name}))
+                                                        "weights": name, "seconds": seconds}))
         # Only now is the previous state unreferenced. Also drop temporary files a kill
         # left behind (they are never read: state.json names only finished files).
         for old in [*backup_dir.glob("state-*.weights.h5"), *backup_dir.glob(".tmp-state-*"),
@@ -200,6 +203,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             state = json.loads(self._state_path.read_text())
             weights = Path(self.backup_dir) / state["weights"]
             epoch = int(state["epoch"])
+            seconds = float(state.get("seconds", 0.0))  # none in backups before session 30
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise MescError(f"cannot read the checkpoint {self._state_path} ({e}); delete "
                             f"{self.backup_dir} (or pass --force) to start over") from None
@@ -213,15 +217,24 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                             "or belongs to a different model: delete it (or pass --force) to "
                             "start over") from None
         self.model._initial_epoch = epoch
+        self._seconds_before = seconds
 
     def on_train_begin(self, logs=None):
         self._load_model()
+        self._started = time.perf_counter()
 
 
 def resumed_epoch(backup_dir):
     """The epoch a backup in ``backup_dir`` resumes from (0 if none)."""
     state = Path(backup_dir) / "state.json"
     return json.loads(state.read_text())["epoch"] if state.exists() else 0
+
+
+def resumed_seconds(backup_dir) -> float:
+    """Training seconds the steps in a backup took, in the processes that ran them (0 if none
+    or not recorded)."""
+    state = Path(backup_dir) / "state.json"
+    return float(json.loads(state.read_text()).get("seconds", 0.0)) if state.exists() else 0.0
 
 
 def _fsync(path):

@@ -475,6 +475,11 @@ def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     configure_runtime(0)
     pipeline.pretrain(x, get_config("orl").arch, Pretrain(lr=2e-3, max_steps=2), verbose=0,
                       backup_dir=tmp_path / "orl.checkpoint", checkpoint_every=2)
+    # The backup records the training time of its steps; the resumed file counts it in.
+    state = json.loads((tmp_path / "orl.checkpoint" / "state.json").read_text())
+    assert state["seconds"] > 0
+    state["seconds"] = 1000.0
+    (tmp_path / "orl.checkpoint" / "state.json").write_text(json.dumps(state))
     out = tmp_path / "orl.h5"
     code, _, err = invoke(PRETRAIN, ["--dataset", "orl", "--data-dir", files["dir"] / "orl",
                                      "--quiet", "--out", out, "--resume", "--max-steps", "4"],
@@ -484,6 +489,7 @@ def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     assert (meta["resumed_at_step"], meta["steps"]) == (2, 4) and 3 <= meta["best_step"] <= 4
     assert meta["lr"] is None and meta["initializer"] is None
     assert meta["final_lr"] == pytest.approx(2e-3)
+    assert 1000.0 < meta["seconds"] < 1100.0
     assert not (tmp_path / "orl.checkpoint").exists()
 
 
