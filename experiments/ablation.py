@@ -10,8 +10,8 @@ The eight rows, numbered as in the paper (reference-facts §5.3):
 * ME rows use the MESC-Net settings of mesc_tf/config.py (row 1 = "Our"; row 3, the paper's
   "Our w/o Net", is those settings on the coupled graph, not the tuned our_wo_net preset of the
   main table); Frobenius rows use the DSC-Net-L2 settings (row 7 = DSC-Net-L2), with the
-  framework switched where the row says so. ``--frobenius-settings mesc`` uses the MESC settings with
-  Σ C² instead, so that only the regulariser changes.
+  framework switched where the row says so. ``--frobenius-settings mesc`` uses the MESC
+  settings with Σ C² instead, so that only the regulariser changes.
 * "Pretrained" rows start from pretrained/<dataset>.h5 (or --weights / --tf1-checkpoint).
   Fine-tuning from it has no randomness, so it runs once and the seeds only change the
   clustering. Other rows start from he_normal weights seeded with each seed (one fine-tuning
