@@ -92,9 +92,10 @@ def main(argv=None, cleanup=None):
         cli.write_json(backup / "run.json", {**_run_identity(args, settings),
                                              "checkpoint_every": args.checkpoint_every})
 
-    weights = args.weights or (None if args.tf1_checkpoint or args.no_pretrain
-                               else pipeline.pretrained_path(args.dataset))
-    if weights and (args.weights or Path(weights).exists()):  # h5py: before TF's start-up lines
+    weights = _weights_file(args)
+    # h5py only, before TF's start-up lines; a missing default file is get_autoencoder's to
+    # explain (it says how to make one).
+    if weights and (args.weights or weights.exists()):
         from mesc_tf.weights import check_autoencoder_file
 
         check_autoencoder_file(weights, cfg.arch)
@@ -131,19 +132,25 @@ def main(argv=None, cleanup=None):
     return result
 
 
+def _weights_file(args):
+    """The .h5 the run starts from: --weights, else pretrained/<dataset>.h5 unless
+    --tf1-checkpoint or --no-pretrain (then None)."""
+    from mesc_tf import pipeline
+
+    if args.weights:
+        return Path(args.weights)
+    return None if args.tf1_checkpoint or args.no_pretrain else pipeline.pretrained_path(
+        args.dataset)
+
+
 def _run_identity(args, settings):
     """What a checkpoint must agree on to be resumed: not --epochs (it may grow), nor the
     post-clustering settings (they act on the C that training gives)."""
-    from mesc_tf import pipeline
-
     s = settings.to_dict()
     for name in ("epochs", "thr", "subspace_dim", "power", "variant"):
         s.pop(name)
     absolute = lambda p: str(Path(p).absolute()) if p else None  # noqa: E731
-    weights = args.weights
-    if not (weights or args.tf1_checkpoint or args.no_pretrain):  # the default, by its path
-        weights = pipeline.pretrained_path(args.dataset)
-    return {"dataset": args.dataset, "seed": args.seed, "weights": absolute(weights),
+    return {"dataset": args.dataset, "seed": args.seed, "weights": absolute(_weights_file(args)),
             "tf1_checkpoint": absolute(args.tf1_checkpoint),
             "no_pretrain": bool(args.no_pretrain), **s}
 
