@@ -66,11 +66,28 @@ def test_thrC_ties_at_the_threshold_follow_argsort():
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
-def test_thrC_small_blocks(monkeypatch):
-    """Several column blocks (the block size is a memory bound, not a result)."""
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_thrC_small_blocks(monkeypatch, workers):
+    """Several column blocks, run by 1-3 threads (block size and threads are bounds on memory
+    and time, not on the result), with columns whose sort needs more than the first block's m."""
     monkeypatch.setattr(pc, "_THRC_BLOCK_BYTES", 4 * 150 * 7)  # 7 columns per block
+    monkeypatch.setattr(pc, "_thrc_workers", lambda: workers)
     C, _ = trained_like(4)
-    np.testing.assert_array_equal(pc.thrC(C, 0.05), pc._thrC_reference(C, 0.05))
+    C[:, 60:] = np.abs(C[:, 60:]) ** 0.01  # near-flat columns: t far past the first block's
+    for ratio in (0.05, 0.6):
+        np.testing.assert_array_equal(pc.thrC(C, ratio), pc._thrC_reference(C, ratio))
+        np.testing.assert_array_equal(pc._thrC_sparse(C, ratio).toarray(),
+                                      pc._thrC_reference(C, ratio))
+
+
+def test_thrC_uses_the_blas_thread_count():
+    """thrC's threads follow BLAS's limit, which --jobs workers set to 1."""
+    from threadpoolctl import threadpool_limits
+
+    import scipy.linalg  # noqa: F401  (loads BLAS, so that threadpoolctl sees it)
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert pc._thrc_workers() == 1
 
 
 # --- post_proC pieces ------------------------------------------------------------------------
@@ -298,8 +315,67 @@ def test_cholesky_route_goes_first_by_default(monkeypatch):
     info = {}
     fast = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, info=info)
     assert "Cholesky" in info["spectral"] and "lanczos_products" not in info
+    assert info["spectral"].startswith("block shift-invert") and info["block_si_solves"] >= 2
     np.testing.assert_array_equal(
         fast, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, method="reference"))
+
+
+def _shifted_laplacian(n=300, seed=0):
+    """A normalised graph Laplacian of 4 noisy blocks, shifted as sklearn's shift-invert."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 4, n)
+    A = rng.random((n, n)) * np.where(y[:, None] == y[None, :], 1.0, 0.05)
+    A = (A + A.T) / 2
+    np.fill_diagonal(A, 0)
+    d = 1 / np.sqrt(A.sum(axis=0))
+    return np.eye(n) - d[:, None] * A * d[None, :] - pc._SIGMA * np.eye(n)
+
+
+def test_block_shift_invert_equals_arpack():
+    """The block Lanczos gives ARPACK's shift-invert eigenpairs (sklearn's call), ascending."""
+    import functools
+
+    import scipy.linalg
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    S = _shifted_laplacian()
+    n, K = S.shape[0], 4  # the four blocks' eigenvalues, 0 and 0.16-0.19; the rest from 0.93
+    solve = functools.partial(scipy.linalg.cho_solve, scipy.linalg.cho_factor(S))
+    v0 = np.random.default_rng(1).uniform(-1, 1, n)
+    info = {}
+    lam, vectors = pc._block_shift_invert(solve, n, K, v0, 0, info)
+    want, want_vectors = eigsh(LinearOperator((n, n), matvec=lambda x: x, dtype=float), k=K,
+                               sigma=pc._SIGMA, which="LM", tol=0, v0=v0,
+                               OPinv=LinearOperator((n, n), matvec=solve, dtype=float))
+    assert 2 <= info["block_si_solves"] <= 256 // 6
+    np.testing.assert_allclose(lam, want, rtol=0, atol=1e-12)
+    assert np.all(np.diff(lam) > 0)
+    np.testing.assert_allclose(np.abs(np.sum(vectors * want_vectors, axis=0)), 1, atol=1e-10)
+    laplacian = S + pc._SIGMA * np.eye(n)
+    np.testing.assert_allclose(laplacian @ vectors, vectors * lam, atol=1e-10)
+
+
+def test_block_shift_invert_hands_over_to_arpack(monkeypatch):
+    """Without convergence within BLOCK_SI_MAX_VECTORS the block route returns None, and the
+    spectral step runs ARPACK's shift-invert as sklearn's: the reference's labels either way."""
+    import functools
+
+    import scipy.linalg
+
+    S = _shifted_laplacian()
+    solve = functools.partial(scipy.linalg.cho_solve, scipy.linalg.cho_factor(S))
+    monkeypatch.setattr(pc, "BLOCK_SI_TOL", 0.0)  # never met
+    info = {}
+    assert pc._block_shift_invert(solve, 300, 4, np.ones(300), 0, info) is None
+    assert info["block_si_solves"] == 256 // 6
+    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    C, _ = trained_like(2)
+    ref = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=2, method="reference")
+    for limit in (0, 256):  # 0: ARPACK at once; 256 with a tolerance never met: after the cap
+        monkeypatch.setattr(pc, "BLOCK_SI_MAX_VECTORS", limit)
+        info = {}
+        np.testing.assert_array_equal(pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=2, info=info), ref)
+        assert info["spectral"].startswith("ARPACK shift-invert") and not info["ill_posed"]
 
 
 def test_arpack_failure_falls_back_as_sklearn_does(monkeypatch):
