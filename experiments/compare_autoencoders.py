@@ -42,8 +42,8 @@ def parse_args(argv=None):
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
     p.add_argument("--jobs", type=int, default=1,
                    help="parallel cells, as table.py's --jobs (default 1); more than 1 runs each "
-                        "with one BLAS thread, which can move ORL's labels (README, "
-                        "Reproducibility)")
+                        "with one BLAS thread, which can move ORL's labels "
+                        "(experiments/results/README.md, Reproducibility)")
     p.add_argument("--max-epochs", type=int, metavar="N",
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (as table.py)")
     args = p.parse_args(argv)
