@@ -368,6 +368,9 @@ def test_block_shift_invert_hands_over_to_arpack(monkeypatch):
     info = {}
     assert pc._block_shift_invert(solve, 300, 4, np.ones(300), 0, info) is None
     assert info["block_si_solves"] == 256 // 6
+    # Room for fewer than BLOCK_SI_MIN_BLOCKS blocks (K = 15: 11 blocks of 22): not tried.
+    assert pc._block_shift_invert(solve, 300, 15, np.ones(300), 0, info) is None
+    assert info["block_si_solves"] == 0
     monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
     C, _ = trained_like(2)
     ref = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=2, method="reference")
