@@ -725,7 +725,10 @@ def _block_shift_invert(solve, n: int, K: int, v0: np.ndarray, seed, info: dict)
             return lam[order], Q[:, :m] @ Y[:, order]
         if m + b > cap:
             return None
-        Q[:, m:m + b] = Q_next
+        # Where a column of W lay (nearly) in span(Q), Q_next holds an arbitrary unit vector
+        # there, not orthogonal to Q: one more projection keeps the basis orthonormal.
+        Q_next -= Q[:, :m] @ (Q[:, :m].T @ Q_next)
+        Q[:, m:m + b] = np.linalg.qr(Q_next)[0]
 
 
 class _NotPositiveDefinite(Exception):

@@ -355,6 +355,28 @@ def test_block_shift_invert_equals_arpack():
     np.testing.assert_allclose(laplacian @ vectors, vectors * lam, atol=1e-10)
 
 
+def test_block_shift_invert_on_an_invariant_krylov_space():
+    """Three complete graphs: S has six distinct eigenvalues, so the block Krylov space becomes
+    invariant (a breakdown) within two blocks. The route still returns an orthonormal basis of
+    the triple eigenvalue 0 (a repeated eigenvalue: the caller flags such a problem)."""
+    import functools
+
+    import scipy.linalg
+
+    sizes = (20, 25, 30)
+    A = scipy.linalg.block_diag(*[np.ones((s, s)) - np.eye(s) for s in sizes])
+    d = 1 / np.sqrt(A.sum(axis=0))
+    n = A.shape[0]
+    laplacian = np.eye(n) - d[:, None] * A * d[None, :]
+    solve = functools.partial(scipy.linalg.cho_solve,
+                              scipy.linalg.cho_factor(laplacian - pc._SIGMA * np.eye(n)))
+    info = {}
+    lam, vectors = pc._block_shift_invert(solve, n, 3, np.ones(n), 0, info)
+    np.testing.assert_allclose(lam, 0, atol=1e-12)
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(laplacian @ vectors, 0, atol=1e-10)
+
+
 def test_block_shift_invert_hands_over_to_arpack(monkeypatch):
     """Without convergence within BLOCK_SI_MAX_VECTORS the block route returns None, and the
     spectral step runs ARPACK's shift-invert as sklearn's: the reference's labels either way."""
