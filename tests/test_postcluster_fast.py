@@ -8,8 +8,12 @@ eigenvalues, e.g. a disconnected affinity graph), the fast route must say so, an
 ``method="strict"`` must give the reference's labels.
 """
 
+import functools
+
 import numpy as np
 import pytest
+import scipy.linalg
+from scipy.sparse.linalg import LinearOperator, eigsh
 from sklearn.metrics import adjusted_rand_score
 
 from mesc_tf import postcluster as pc
@@ -83,8 +87,6 @@ def test_thrC_small_blocks(monkeypatch, workers):
 def test_thrC_uses_the_blas_thread_count():
     """thrC's threads follow BLAS's limit, which --jobs workers set to 1."""
     from threadpoolctl import threadpool_limits
-
-    import scipy.linalg  # noqa: F401  (loads BLAS, so that threadpoolctl sees it)
 
     with threadpool_limits(limits=1, user_api="blas"):
         assert pc._thrc_workers() == 1
@@ -331,16 +333,16 @@ def _shifted_laplacian(n=300, seed=0):
     return np.eye(n) - d[:, None] * A * d[None, :] - pc._SIGMA * np.eye(n)
 
 
+def _solver(S):
+    """S⁻¹·X by a Cholesky factor, as the spectral step's large-n route applies it."""
+    return functools.partial(scipy.linalg.cho_solve, scipy.linalg.cho_factor(S))
+
+
 def test_block_shift_invert_equals_arpack():
     """The block Lanczos gives ARPACK's shift-invert eigenpairs (sklearn's call), ascending."""
-    import functools
-
-    import scipy.linalg
-    from scipy.sparse.linalg import LinearOperator, eigsh
-
     S = _shifted_laplacian()
     n, K = S.shape[0], 4  # the four blocks' eigenvalues, 0 and 0.16-0.19; the rest from 0.93
-    solve = functools.partial(scipy.linalg.cho_solve, scipy.linalg.cho_factor(S))
+    solve = _solver(S)
     v0 = np.random.default_rng(1).uniform(-1, 1, n)
     info = {}
     lam, vectors = pc._block_shift_invert(solve, n, K, v0, 0, info)
@@ -357,21 +359,17 @@ def test_block_shift_invert_equals_arpack():
 
 def test_block_shift_invert_on_an_invariant_krylov_space():
     """Three complete graphs: S has six distinct eigenvalues, so the block Krylov space becomes
-    invariant (a breakdown) within two blocks. The route still returns an orthonormal basis of
+    invariant (a breakdown) within a few blocks. The route still returns an orthonormal basis of
     the triple eigenvalue 0 (a repeated eigenvalue: the caller flags such a problem)."""
-    import functools
-
-    import scipy.linalg
-
     sizes = (20, 25, 30)
     A = scipy.linalg.block_diag(*[np.ones((s, s)) - np.eye(s) for s in sizes])
     d = 1 / np.sqrt(A.sum(axis=0))
     n = A.shape[0]
     laplacian = np.eye(n) - d[:, None] * A * d[None, :]
-    solve = functools.partial(scipy.linalg.cho_solve,
-                              scipy.linalg.cho_factor(laplacian - pc._SIGMA * np.eye(n)))
     info = {}
-    lam, vectors = pc._block_shift_invert(solve, n, 3, np.ones(n), 0, info)
+    lam, vectors = pc._block_shift_invert(_solver(laplacian - pc._SIGMA * np.eye(n)), n, 3,
+                                          np.ones(n), 0, info)
+    assert info["block_si_solves"] <= 3
     np.testing.assert_allclose(lam, 0, atol=1e-12)
     np.testing.assert_allclose(vectors.T @ vectors, np.eye(3), atol=1e-12)
     np.testing.assert_allclose(laplacian @ vectors, 0, atol=1e-10)
@@ -380,12 +378,7 @@ def test_block_shift_invert_on_an_invariant_krylov_space():
 def test_block_shift_invert_hands_over_to_arpack(monkeypatch):
     """Without convergence within BLOCK_SI_MAX_VECTORS the block route returns None, and the
     spectral step runs ARPACK's shift-invert as sklearn's: the reference's labels either way."""
-    import functools
-
-    import scipy.linalg
-
-    S = _shifted_laplacian()
-    solve = functools.partial(scipy.linalg.cho_solve, scipy.linalg.cho_factor(S))
+    solve = _solver(_shifted_laplacian())
     monkeypatch.setattr(pc, "BLOCK_SI_TOL", 0.0)  # never met
     info = {}
     assert pc._block_shift_invert(solve, 300, 4, np.ones(300), 0, info) is None
