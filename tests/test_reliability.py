@@ -277,7 +277,7 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
 def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
     """With TF's BFC allocator the pool fine-tuning grew stays resident during post-clustering,
     so the two stages add up. MNIST-10k end to end measured 3.81 GiB without the pool and
-    5.17 GiB with it (session 18, README "Performance")."""
+    5.17 GiB with it (session 18; benchmarks/README.md, "Notes behind the README's table")."""
     from mesc_tf import pipeline
 
     arch = get_config("mnist").arch
