@@ -232,7 +232,7 @@ def _thrC_blocks(C, ratio: float):
     *first, m = _thrC_block(C, ratio, 0, width, min(n, 64))
     yield tuple(first)
     rest = range(width, n, width)
-    workers = min(_thrc_workers(), len(rest))
+    workers = min(_thrc_workers(), len(rest)) if len(rest) > 1 else 1  # threadpoolctl: ~2 ms
     if workers <= 1:
         for j0 in rest:
             yield _thrC_block(C, ratio, j0, min(n, j0 + width), m)[:4]
