@@ -224,7 +224,7 @@ def _thrC_blocks(C, ratio: float):
     the reference's argsort.
 
     The first block sets m for the others, which run ``_thrc_workers()`` at a time in threads
-    (numpy's partition and sort release the GIL; MNIST's thrC takes ~0.55x the time on 2 cores).
+    (numpy's partition and sort release the GIL; MNIST's thrC takes ~0.6x the time on 2 cores).
     m only decides how much is sorted, not the result.
     """
     n = C.shape[0]
