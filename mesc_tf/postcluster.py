@@ -33,7 +33,8 @@ Three methods (``cluster(..., method=...)``, default ``DEFAULT_METHOD`` = "fast"
     The affinity depends on the top-r subspace only (signs and rotations inside it cancel in
     U·diag(σ)·Uᵀ), so it agrees with svds' to rounding (~1e-13) if σ_r and σ_{r+1} are
     apart; the gap is checked (``SVD_GAP_MIN``) and svds itself is used when it is not.
-  - The affinity is formed in place (syrk, clip, power, scale; exactly symmetric).
+  - The affinity is formed in place (syrk, clip, power, scale; exactly symmetric), in memory
+    mapped with its pages in place (``_zeroed_buffer``).
   - The spectral step is sklearn's own algorithm without its copies: the normalised Laplacian
     built in place exactly as ``scipy.sparse.csgraph.laplacian``, sklearn's unit diagonal,
     its seeded ARPACK start vector, the same shift-invert ARPACK call, the division by the
@@ -77,6 +78,7 @@ import collections
 import contextlib
 import functools
 import inspect
+import mmap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -140,6 +142,21 @@ def _blas_threads(threads):
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         return contextlib.nullcontext()
     return threadpool_limits(limits=int(threads), user_api="blas")
+
+
+# NumPy and SciPy each bring their own OpenBLAS, with its own thread pool, and after a call a
+# pool's threads spin for a while before they sleep. A NumPy product or QR just after a SciPy
+# solve runs against those spinning threads: in MNIST's block shift-invert, NumPy's `@` and
+# `np.linalg.qr` took 1.0 s of the loop's 2.85 s, SciPy's BLAS and LAPACK 0.2 s (and the
+# solves ran faster; benchmarks/README.md, session 33). So that loop calls SciPy's.
+def _mul(a, b, trans_a=False):
+    """a·b, or aᵀ·b, by SciPy's BLAS (float64)."""
+    return scipy.linalg.blas.dgemm(1.0, a, b, trans_a=trans_a)
+
+
+def _orth(a):
+    """(Q, R) of the thin QR of a, by SciPy's LAPACK."""
+    return scipy.linalg.qr(a, mode="economic", check_finite=False)
 
 
 def _check_square(C, where: str) -> np.ndarray:
@@ -519,9 +536,27 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
     return normalize(u * np.sqrt(s), norm="l2", axis=1)
 
 
+def _zeroed_buffer(n: int) -> np.ndarray:
+    """An n×n float64 buffer of zeros (Fortran order), as SciPy gives dsyrk, with its memory
+    in place (Linux).
+
+    np.zeros gets a buffer's pages one fault at a time at their first write (and asks for
+    transparent huge pages, for which the kernel may stop to compact memory): on this project's
+    VMs 1.5-2 s for MNIST's 800 MB affinity, more than the syrk that fills it. An anonymous
+    mapping with MAP_POPULATE has them all at once: 0.2-0.3 s (benchmarks/README.md, session 33).
+    """
+    populate = getattr(mmap, "MAP_POPULATE", None)
+    if populate is None:
+        return np.zeros((n, n), order="F")
+    memory = mmap.mmap(-1, 8 * n * n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    return np.frombuffer(memory, dtype=np.float64).reshape((n, n), order="F")
+
+
 def _affinity_inplace(U: np.ndarray, power: float) -> np.ndarray:
     """Steps 6-7 in one n×n float64 buffer (C order), exactly symmetric."""
-    Z = scipy.linalg.blas.dsyrk(1.0, U, trans=0, lower=0)  # U·Uᵀ, upper triangle, Fortran order
+    # U·Uᵀ, upper triangle, Fortran order
+    Z = scipy.linalg.blas.dsyrk(1.0, U, beta=0.0, c=_zeroed_buffer(U.shape[0]), trans=0,
+                                lower=0, overwrite_c=True)
     _mirror_upper(Z)
     L = Z.T  # symmetric: the C-ordered view holds the same matrix
     np.maximum(L, 0.0, out=L)  # Z·(Z > 0): negative entries → 0
@@ -707,28 +742,28 @@ def _block_shift_invert(solve, n: int, K: int, v0: np.ndarray, seed, info: dict)
     H = np.zeros((cap, cap))  # Qᵀ·S⁻¹·Q
     block = rng.standard_normal((n, b))
     block[:, 0] = v0
-    Q[:, :b] = np.linalg.qr(block)[0]
+    Q[:, :b] = _orth(block)[0]
     m = 0
     while True:
         W = solve(Q[:, m:m + b])
         info["block_si_solves"] += 1
-        H[:m + b, m:m + b] = Q[:, :m + b].T @ W
+        H[:m + b, m:m + b] = _mul(Q[:, :m + b], W, trans_a=True)
         H[m:m + b, :m + b] = H[:m + b, m:m + b].T
         m += b
         theta, Y = scipy.linalg.eigh(H[:m, :m], subset_by_index=[m - K, m - 1])
         for _ in range(2):
-            W = W - Q[:, :m] @ (Q[:, :m].T @ W)
-        Q_next, R = np.linalg.qr(W)
+            W = W - _mul(Q[:, :m], _mul(Q[:, :m], W, trans_a=True))
+        Q_next, R = _orth(W)
         if np.all(np.linalg.norm(R @ Y[m - b:], axis=0) <= BLOCK_SI_TOL * theta):
             lam = 1.0 / theta + _SIGMA  # θ = 1 / (λ − σ)
             order = np.argsort(lam, kind="stable")
-            return lam[order], Q[:, :m] @ Y[:, order]
+            return lam[order], _mul(Q[:, :m], Y[:, order])
         if m + b > cap:
             return None
         # Where a column of W lay (nearly) in span(Q), Q_next holds an arbitrary unit vector
         # there, not orthogonal to Q: one more projection keeps the basis orthonormal.
-        Q_next -= Q[:, :m] @ (Q[:, :m].T @ Q_next)
-        Q[:, m:m + b] = np.linalg.qr(Q_next)[0]
+        Q_next -= _mul(Q[:, :m], _mul(Q[:, :m], Q_next, trans_a=True))
+        Q[:, m:m + b] = _orth(Q_next)[0]
 
 
 class _NotPositiveDefinite(Exception):

@@ -9,12 +9,14 @@ eigenvalues, e.g. a disconnected affinity graph), the fast route must say so, an
 """
 
 import functools
+import mmap
 
 import numpy as np
 import pytest
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, eigsh
 from sklearn.metrics import adjusted_rand_score
+from sklearn.preprocessing import normalize
 
 from mesc_tf import postcluster as pc
 from mesc_tf.errors import MescError
@@ -117,6 +119,27 @@ def test_svd_embedding_gives_the_reference_affinity(monkeypatch, dense_max):
     L = pc._affinity_inplace(U, 3.5)
     assert L.flags.c_contiguous and np.array_equal(L, L.T) and L.max() == 1.0
     np.testing.assert_allclose(L, pc._affinity_from_embedding(U_ref, 3.5), atol=1e-10)
+
+
+@pytest.mark.parametrize("populate", [True, False])  # Linux's MAP_POPULATE, or np.zeros
+def test_affinity_buffer_is_zeroed_and_gives_the_same_bits(monkeypatch, populate):
+    """The affinity's pre-populated buffer is zeros in Fortran order, and the affinity built in
+    it is the one built in a fresh np.zeros buffer (the fallback where MAP_POPULATE is absent)."""
+    U = normalize(np.random.default_rng(3).standard_normal((300, 12)))
+    expected = pc._affinity_inplace(U, 3.5)
+    if not populate:
+        monkeypatch.delattr(pc.mmap, "MAP_POPULATE", raising=False)
+    elif not hasattr(pc.mmap, "MAP_POPULATE"):
+        pytest.skip("no MAP_POPULATE on this platform")
+    buffer = pc._zeroed_buffer(300)
+    assert buffer.shape == (300, 300) and buffer.flags.f_contiguous and buffer.flags.writeable
+    owner = buffer
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    assert isinstance(getattr(owner, "obj", owner), mmap.mmap) == populate  # via a memoryview
+    assert not buffer.any()
+    L = pc._affinity_inplace(U, 3.5)
+    assert L.flags.c_contiguous and np.array_equal(L, expected)
 
 
 def test_ill_determined_subspace_is_detected():
