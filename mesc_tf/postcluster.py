@@ -106,9 +106,10 @@ SI_LU_MAX_N = 4096
 LANCZOS_MAX_PRODUCTS = 0
 # Vectors the block shift-invert (``_block_shift_invert``) may build with the Cholesky factor
 # before ARPACK's single-vector shift-invert takes over from scratch; 0: ARPACK at once. MNIST
-# (K = 10, blocks of 15) converges in 180 (12 block solves, 2.4 s against ARPACK's 3.2-3.4 s),
-# USPS in 13; a problem that does not costs at most these solves on top. Where fewer than
-# BLOCK_SI_MIN_BLOCKS blocks fit (K > 14), the blocks are not tried.
+# (K = 10, blocks of 15) converges in 180 (12 block solves, 2.4 s against ARPACK's 3.2-3.4 s;
+# 1.2-1.6 s with SciPy's BLAS throughout, session 33), USPS in 13; a problem that does not
+# costs at most these solves on top. Where fewer than BLOCK_SI_MIN_BLOCKS blocks fit (K > 14),
+# the blocks are not tried.
 BLOCK_SI_MAX_VECTORS = 256
 BLOCK_SI_MIN_BLOCKS = 12
 # Its convergence test: every Ritz pair's residual ‖S⁻¹y − θy‖ ≤ BLOCK_SI_TOL · θ. At 1e-12 the
@@ -548,7 +549,12 @@ def _zeroed_buffer(n: int) -> np.ndarray:
     populate = getattr(mmap, "MAP_POPULATE", None)
     if populate is None:
         return np.zeros((n, n), order="F")
-    memory = mmap.mmap(-1, 8 * n * n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    try:
+        memory = mmap.mmap(-1, 8 * n * n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    except OSError as e:  # e.g. ENOMEM where the kernel does not overcommit
+        raise MescError(f"post-clustering: no memory for the {n}×{n} affinity matrix "
+                        f"({8 * n * n / 2**30:.2f} GiB): {e.strerror}; free memory or run on a "
+                        "machine with more") from e
     return np.frombuffer(memory, dtype=np.float64).reshape((n, n), order="F")
 
 
@@ -722,7 +728,7 @@ def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None =
 def _block_shift_invert(solve, n: int, K: int, v0: np.ndarray, seed, info: dict):
     """The K eigenpairs of the Laplacian nearest ``_SIGMA`` by block Lanczos on S⁻¹, S the
     shifted Laplacian whose factor ``solve`` applies to a block of vectors at once (with the
-    Cholesky factor of MNIST's 10000² S, 15 right-hand sides cost twice one).
+    Cholesky factor of MNIST's 10000² S, 10-15 right-hand sides cost 1.3-2× one).
 
     Blocks of K + max(2, K/2) vectors, the first holding sklearn's start vector v0, the others
     drawn from ``seed``; full reorthogonalisation (twice) and Rayleigh-Ritz after each block.

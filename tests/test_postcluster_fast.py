@@ -142,6 +142,18 @@ def test_affinity_buffer_is_zeroed_and_gives_the_same_bits(monkeypatch, populate
     assert L.flags.c_contiguous and np.array_equal(L, expected)
 
 
+def test_no_memory_for_the_affinity_is_one_clear_error(monkeypatch):
+    if not hasattr(pc.mmap, "MAP_POPULATE"):
+        pytest.skip("no MAP_POPULATE on this platform")
+
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(pc.mmap, "mmap", refuse)
+    with pytest.raises(MescError, match=r"no memory for the 300×300 affinity matrix .*free memory"):
+        pc._affinity_inplace(normalize(np.ones((300, 4))), 2.0)
+
+
 def test_ill_determined_subspace_is_detected():
     """Equal singular values across the rank-r cut: no fast SVD, the reference svds is used."""
     n, u = 60, (np.arange(60) % 2).astype(float)
