@@ -89,8 +89,8 @@ def test_bench_bad_options_are_one_line():
 
 
 def test_conv_routes_reformulations_agree_with_keras(tmp_path):
-    """benchmarks/conv_routes.py's stride-1 rewrites compute Keras' layers (odd sizes included:
-    EYaleB 12×11 → 6×6, MNIST 7 → 4), and it writes a row per layer."""
+    """benchmarks/conv_routes.py's stride-1 and col2im rewrites compute Keras' layers (odd sizes
+    included: EYaleB 12×11 → 6×6, MNIST 7 → 4), and it writes a row per layer."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("conv_routes",
@@ -106,3 +106,7 @@ def test_conv_routes_reformulations_agree_with_keras(tmp_path):
         assert [r["layer"] for r in rows] == ["enc_0", "enc_1", "enc_2", "dec_0", "dec_1", "dec_2"]
         assert all(r["max_rel_diff"] < 1e-5 and r["keras_ms"] > 0 and r["stride1_ms"] > 0
                    for r in rows), rows
+        # col2im: decoder layers only; the auto-encoder with its output layer by col2im.
+        assert [r["col2im_ms"] is None for r in rows] == [True] * 3 + [False] * 3, rows
+        assert report[name]["autoencoder_max_rel_diff"] < 1e-5
+        assert report[name]["autoencoder_col2im_output_ms"] > 0
