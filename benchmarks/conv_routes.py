@@ -6,16 +6,17 @@ The auto-encoder takes most of a fine-tuning step on ORL, EYaleB and MNIST (READ
 "Performance"), and TensorFlow's CPU kernels for stride-2 convolutions with 1-30 channels run
 far below the machine's matmul rate. The routes timed against Keras' layers:
 
-* encoder, ``space_to_depth`` (stride-1 route; oneDNN usually serves stride 1 better): pad as TF's 'SAME' does, fold each 2×2 block into channels,
-  then a stride-1 'VALID' conv with the kernel zero-padded to even size and folded the same way
-  (⌈k/2⌉² taps of 4·C_in channels);
-* decoder, ``sub_pixel`` (stride-1 route): the transposed conv (the adjoint of the encoder's conv) as one
-  stride-1 forward conv that computes the four output parities as 4·C_out channels from the
-  zero-padded input with the flipped, folded kernel, then ``depth_to_space`` and a crop;
+* encoder, ``space_to_depth`` (stride-1 route; oneDNN usually serves stride 1 better): pad as
+  TF's 'SAME' does, fold each 2×2 block into channels, then a stride-1 'VALID' conv with the
+  kernel zero-padded to even size and folded the same way (⌈k/2⌉² taps of 4·C_in channels);
+* decoder, ``sub_pixel`` (stride-1 route): the transposed conv (the adjoint of the encoder's
+  conv) as one stride-1 forward conv that computes the four output parities as 4·C_out channels
+  from the zero-padded input with the flipped, folded kernel, then ``depth_to_space`` and a
+  crop;
 * decoder, ``col2im``: the transposed conv's forward pass as one matmul, Y·W → every kernel
   tap's contribution, then the taps summed onto the output grid by parity (col2im), compiled by
-  XLA; its backward pass is TensorFlow's own (a conv and a filter gradient, as TF
-  differentiates Conv2DTranspose). Only the summation order of the output differs from Keras'.
+  XLA; its backward pass is TensorFlow's own (a conv and a filter gradient, as TF differentiates
+  Conv2DTranspose). Only the summation order of the output differs from Keras'.
 
 It also times the whole auto-encoder's forward and backward pass as Keras runs it and with its
 output layer (one channel, where TF's transposed-conv kernel is slowest) by ``col2im``.
@@ -214,15 +215,15 @@ def time_layer(layer, x, out_size, input_grad, repeats, jit):
 
     x = tf.constant(x)
     decoder = isinstance(layer, keras.layers.Conv2DTranspose)
+    def bias_relu(product):
+        return lambda inp: tf.nn.relu(product(inp, layer.kernel) + layer.bias)
+
     routes = {"keras": layer}
     if decoder:
-        routes["stride1"] = lambda inp: conv_transpose_sub_pixel(inp, layer.kernel, out_size)
-        routes["col2im"] = lambda inp: conv_transpose_col2im(inp, layer.kernel, out_size)
+        routes["stride1"] = bias_relu(lambda y, w: conv_transpose_sub_pixel(y, w, out_size))
+        routes["col2im"] = bias_relu(lambda y, w: conv_transpose_col2im(y, w, out_size))
     else:
-        routes["stride1"] = lambda inp: conv_space_to_depth(inp, layer.kernel)
-
-    def with_bias_relu(product):
-        return product if product is layer else lambda inp: tf.nn.relu(product(inp) + layer.bias)
+        routes["stride1"] = bias_relu(conv_space_to_depth)
 
     def compiled(route):
         @tf.function(jit_compile=jit)
@@ -235,8 +236,7 @@ def time_layer(layer, x, out_size, input_grad, repeats, jit):
         return step
 
     results, times = [], {}
-    for name, product in routes.items():
-        route = with_bias_relu(product)
+    for name, route in routes.items():
         step = compiled(route)
         results.append([route(x).numpy()] + [t.numpy() for t in step()])
         times[name] = _median_ms(step, repeats)
