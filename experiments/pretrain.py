@@ -220,6 +220,8 @@ def main(argv=None, cleanup=None):
         "activation_scale": schedule.activation_scale,
         "activation_factors": info["activation_factors"],
         "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],
+        # Per layer, the fraction of positions at which each channel is on (ReLU > 0).
+        "channel_activity": info["channel_activity"],
         # This process's seconds plus the recorded training time of the steps it resumed.
         "seconds": time.perf_counter() - start + earlier_s,
         "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
@@ -228,9 +230,12 @@ def main(argv=None, cleanup=None):
     save_autoencoder(ae, out, meta)
     if backup is not None:  # the result is safe; its checkpoint would only be stale now
         shutil.rmtree(backup, ignore_errors=True)
+    rare = {name: [c for c, a in enumerate(act) if a < 0.01]
+            for name, act in info["channel_activity"].items()}
+    rare = ", ".join(f"{name} {cs}" for name, cs in rare.items() if cs) or "none"
     print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
-          f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}; "
-          f"wrote {out}")
+          f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}, "
+          f"channels on at < 1 % of positions: {rare}; wrote {out}")
     return meta
 
 

@@ -173,8 +173,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import (StopAtTarget, dead_channels, fit_steps, relative_error,
-                                  rescale_activations)
+    from mesc_tf.training import (StopAtTarget, channel_activity, dead_channels, fit_steps,
+                                  relative_error, rescale_activations)
 
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
@@ -206,6 +206,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
                 # history holds this process's steps only (a resumed run's last len(errors))
                 "best_step": steps - len(errors) + int(np.argmin(errors)) + 1 if len(errors) else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
+                "channel_activity": {k: [round(float(v), 4) for v in a]
+                                     for k, a in channel_activity(ae, x).items()},
                 # The rate reached (halved on plateaus; on a resume, restored from the checkpoint).
                 "final_lr": final_lr, "activation_factors": factors, "history": history}
 

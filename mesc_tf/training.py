@@ -292,15 +292,29 @@ def latent_codes(autoencoder, x, batch_size=2048) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def channel_activity(autoencoder, x, batch_size=2048) -> dict[str, np.ndarray]:
+    """For every layer (enc_0 … dec_{L-1}), the fraction of positions (images × pixels) of
+    ``x`` at which each channel's output is positive, i.e. its ReLU on.
+
+    A channel at 0 gets no gradient and stays dead. On non-negative pixels a first-layer channel
+    whose pre-activation starts negative everywhere never fires (pretrained/README.md, ORL)."""
+    layers = autoencoder.named_layers
+    on = [np.zeros(layer.filters) for layer in layers]
+    positions = np.zeros(len(layers))
+    for i in range(0, len(x), batch_size):
+        h = tf.convert_to_tensor(x[i:i + batch_size], tf.float32)
+        for k, layer in enumerate(layers):
+            h = layer(h)
+            on[k] += tf.reduce_sum(tf.cast(h > 0, tf.float32), axis=(0, 1, 2)).numpy()
+            positions[k] += int(np.prod(h.shape[:3]))
+    return {layer.name: on[k] / positions[k] for k, layer in enumerate(layers)}
+
+
 def dead_channels(autoencoder, x, batch_size=2048) -> list[int]:
     """Latent channels that are 0 (ReLU off) for every image of ``x``: they carry nothing into
     the self-expression. Long pretraining killed some in ours (pretrained/README.md)."""
-    alive = None
-    for i in range(0, len(x), batch_size):
-        z = autoencoder.encode(tf.convert_to_tensor(x[i:i + batch_size], tf.float32))
-        on = tf.reduce_any(tf.reshape(z, (-1, z.shape[-1])) > 0, axis=0)
-        alive = on if alive is None else tf.logical_or(alive, on)
-    return [int(c) for c in np.flatnonzero(~alive.numpy())]
+    latent = channel_activity(autoencoder, x, batch_size)[autoencoder.encoder_layers[-1].name]
+    return [int(c) for c in np.flatnonzero(latent == 0)]
 
 
 def hidden_activation_means(autoencoder, x, batch_size=2048) -> np.ndarray:

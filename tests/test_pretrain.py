@@ -9,7 +9,8 @@ import tensorflow as tf
 from mesc_tf import pipeline
 from mesc_tf.config import Architecture, Pretrain
 from mesc_tf.errors import MescError
-from mesc_tf.training import configure_runtime, hidden_activation_means, relative_error
+from mesc_tf.training import (channel_activity, configure_runtime, hidden_activation_means,
+                              relative_error)
 from mesc_tf.weights import load_autoencoder, save_autoencoder
 
 ARCH = Architecture(image_shape=(16, 16), kernels=(3, 3), channels=(4, 6))
@@ -32,6 +33,10 @@ def test_pretraining_lowers_the_error_and_writes_a_loadable_file(x, tmp_path):
     assert info["steps"] == 60 and err[-1] < 0.6 * err[0]
     # The best weights are kept, not the last ones.
     assert info["relative_error"] <= err.min() + 1e-6
+    activity = channel_activity(ae, x)
+    assert list(activity) == list(info["channel_activity"])
+    for name, recorded in info["channel_activity"].items():  # rounded to 4 digits
+        np.testing.assert_allclose(activity[name], recorded, atol=5e-5)
     path = tmp_path / "tiny.h5"
     save_autoencoder(ae, path, {"steps": info["steps"]})
     loaded, meta = load_autoencoder(path, ARCH)
@@ -161,6 +166,27 @@ def test_dead_channels_finds_channels_off_for_every_image(x):
     last = ae.encoder_layers[-1]
     last.bias.assign(last.bias.numpy() - np.array([0, 1e6, 0, 0, 0, 1e6], np.float32))
     assert dead_channels(ae, x) == [1, 5]
+
+
+def test_channel_activity_counts_where_each_channel_is_on(x):
+    from mesc_tf.model import ConvAutoEncoder
+
+    configure_runtime(0)
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    first = ae.encoder_layers[0]
+    # Channel 0 off everywhere, channel 1 on everywhere (the images are >= 0, the kernel too).
+    k = first.kernel.numpy()
+    k[..., 1] = np.abs(k[..., 1])
+    first.kernel.assign(k)
+    first.bias.assign(first.bias.numpy() + np.array([-1e6, 1.0] + [0.0] * (k.shape[-1] - 2),
+                                                    np.float32))
+    act = channel_activity(ae, x, batch_size=5)  # several batches
+    assert list(act) == [layer.name for layer in ae.named_layers]
+    assert [len(a) for a in act.values()] == [layer.filters for layer in ae.named_layers]
+    assert act["enc_0"][0] == 0.0 and act["enc_0"][1] == 1.0
+    # Against a direct count on the whole set at once.
+    h = first(x).numpy()
+    np.testing.assert_allclose(act["enc_0"], (h > 0).mean(axis=(0, 1, 2)), rtol=1e-12)
 
 
 def test_rescaling_keeps_every_reconstruction_and_sets_the_scale(x):
