@@ -292,6 +292,15 @@ def latent_codes(autoencoder, x, batch_size=2048) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def _layer_outputs(layers, x, batch_size):
+    """(k, output of layers[k]) for each batch of ``x`` run through ``layers`` in order."""
+    for i in range(0, len(x), batch_size):
+        h = tf.convert_to_tensor(x[i:i + batch_size], tf.float32)
+        for k, layer in enumerate(layers):
+            h = layer(h)
+            yield k, h
+
+
 def channel_activity(autoencoder, x, batch_size=2048) -> dict[str, np.ndarray]:
     """For every layer (enc_0 … dec_{L-1}), the fraction of positions (images × pixels) of
     ``x`` at which each channel's output is positive, i.e. its ReLU on.
@@ -301,12 +310,9 @@ def channel_activity(autoencoder, x, batch_size=2048) -> dict[str, np.ndarray]:
     layers = autoencoder.named_layers
     on = [np.zeros(layer.filters) for layer in layers]
     positions = np.zeros(len(layers))
-    for i in range(0, len(x), batch_size):
-        h = tf.convert_to_tensor(x[i:i + batch_size], tf.float32)
-        for k, layer in enumerate(layers):
-            h = layer(h)
-            on[k] += tf.reduce_sum(tf.cast(h > 0, tf.float32), axis=(0, 1, 2)).numpy()
-            positions[k] += int(np.prod(h.shape[:3]))
+    for k, h in _layer_outputs(layers, x, batch_size):
+        on[k] += tf.reduce_sum(tf.cast(h > 0, tf.float32), axis=(0, 1, 2)).numpy()
+        positions[k] += int(np.prod(h.shape[:3]))
     return {layer.name: on[k] / positions[k] for k, layer in enumerate(layers)}
 
 
@@ -321,12 +327,9 @@ def hidden_activation_means(autoencoder, x, batch_size=2048) -> np.ndarray:
     """Mean |activation| over ``x`` of every layer but the output layer, in order."""
     layers = autoencoder.named_layers[:-1]
     sums, counts = np.zeros(len(layers)), np.zeros(len(layers))
-    for i in range(0, len(x), batch_size):
-        h = tf.convert_to_tensor(x[i:i + batch_size], tf.float32)
-        for k, layer in enumerate(layers):
-            h = layer(h)
-            sums[k] += float(tf.reduce_sum(tf.abs(h)))
-            counts[k] += int(tf.size(h))
+    for k, h in _layer_outputs(layers, x, batch_size):
+        sums[k] += float(tf.reduce_sum(tf.abs(h)))
+        counts[k] += int(tf.size(h))
     return sums / counts
 
 
