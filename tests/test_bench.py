@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -110,3 +112,49 @@ def test_conv_routes_reformulations_agree_with_keras(tmp_path):
         assert [r["col2im_ms"] is None for r in rows] == [True] * 3 + [False] * 3, rows
         assert report[name]["autoencoder_max_rel_diff"] < 1e-5
         assert report[name]["autoencoder_col2im_output_ms"] > 0
+
+
+def test_xla_step_export_matches_the_program(tmp_path):
+    """benchmarks/xla_step.py export: the stored start values line up with the exported XLA
+    program's parameters (shape and type, in order), every variable the step updates comes back
+    as an aliased output, the program runs at float32 precision on the device alone, and
+    TensorFlow's reference steps are recorded."""
+    from tensorflow.compiler.xla import xla_data_pb2
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    env = {**os.environ, "MESC_DATA_DIR": str(tmp_path / "no-data")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "xla_step.py"), "export", "--out",
+         str(tmp_path), "--datasets", "orl", "--steps", "2"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    meta = json.loads((tmp_path / "orl.json").read_text())
+    module = hlo_pb2.HloModuleProto.FromString((tmp_path / "orl.hlo.pb").read_bytes())
+    shapes = module.host_program_shape.parameters
+    params = meta["params"]
+    assert meta["data"] == "random" and len(params) == len(shapes)
+    types = {"float32": xla_data_pb2.F32, "int64": xla_data_pb2.S64}
+    for spec, shape in zip(params, shapes):
+        assert list(shape.dimensions) == spec["shape"] and shape.element_type == types[spec["dtype"]]
+    assert params[0]["name"] == "x" and params[0]["shape"] == [400, 32, 32, 1]
+    # C starts constant (stored as its value alone), and its update comes back.
+    coef = next(i for i, p in enumerate(params) if p["name"].endswith("self_expression/coef"))
+    assert params[coef]["fill"] == np.float32(meta["settings"]["coef_init"])
+    aliases = {int(o): p for o, p in meta["aliases"].items()}
+    assert aliases[meta["coef_output"]] == coef
+    # Everything but the images and the learning rate is updated: weights, C, Adam's slots and
+    # its step counter; the first outputs are the loss terms.
+    updated = {params[p]["name"] for p in aliases.values()}
+    assert len(updated) == len(params) - 2 and "x" not in updated
+    assert min(aliases) == len(meta["terms"]) == 4
+    stored = np.load(tmp_path / "orl.npz")
+    assert all(("key" in p) != ("fill" in p) for p in params)
+    assert {p["key"] for p in params if "key" in p} == set(stored.files)
+    # TF32 off (configure_runtime) shows as float32 precision on every product; nothing leaves
+    # the device within a step.
+    assert meta["products"] > 0 and meta["products_below_highest"] == 0
+    assert meta["host_or_custom_ops"] == []
+    losses = np.asarray(meta["tf_losses"])
+    assert losses.shape == (2, 4) and np.all(np.isfinite(losses))
+    ref = np.load(tmp_path / "orl.ref.npz")["coef"]
+    assert ref.shape == (meta["tf_coef_rows"], 400) and not np.all(ref == params[coef]["fill"])

@@ -1,0 +1,337 @@
+"""The fine-tuning step's XLA program, exported here and timed on a GPU machine without TensorFlow.
+
+    python benchmarks/xla_step.py export --out xla_steps               # here, with TensorFlow
+    python benchmarks/xla_step.py time --dir xla_steps --json OUT.json  # there, with JAX alone
+
+The machine lent for GPU checks has JAX and CUDA 13 but no TensorFlow, and nothing can be
+installed there beyond what one call carries (64 MiB; TensorFlow's wheel alone is 546 MB). So
+``export`` traces MESCNet.train_step (the configured MESC-Net settings, the dataset's auto-encoder
+as ``bench.py`` picks it) as TensorFlow compiles it with ``jit_compile=True``: one XLA program
+that takes the images, every weight, C and the Adam slots, and returns the loss terms and every
+updated variable. It writes, per dataset, that program (``<name>.hlo.pb``), the start values
+(``<name>.npz``; constant arrays such as C's start and the empty Adam slots only as their
+value), and what TensorFlow computed from them on this CPU over ``--steps`` steps: the loss
+terms of each step and C after the last (``<name>.json``, ``<name>.ref.npz``).
+
+``time`` (no TensorFlow, no mesc_tf) compiles each program with XLA for the first device JAX
+sees, runs the same steps, feeding the updated variables back as the next step's inputs (the
+program's input/output aliases say which output is which input), and reports: the largest
+relative difference of the loss terms and of C from TensorFlow's, whether a second run gave
+bit-identical results, the median milliseconds per step after warm-up (each step waited for,
+as ``fit`` waits for one step per epoch), the "floor" (the three n×n by n×p products, C·Z and the
+two gradients, at the same float32 precision) and the device's peak memory.
+
+What this measures is the step's XLA program; TensorFlow on a GPU with ``jit_compile=True``
+compiles the same kind of program (bridged for the GPU, which can choose other layouts).
+Without ``jit_compile`` TensorFlow would run its own GPU kernels op by op: not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ("orl", "coil20", "eyaleb", "mnist")
+# TensorFlow's dict outputs are flattened in sorted key order.
+TERMS = ("loss", "recon", "reg", "selfexp")
+# C after the last step is kept in as many whole rows as make up 2 MiB.
+REF_VALUES = 2**19
+HOST_OR_CUSTOM = {"custom-call", "infeed", "outfeed", "send", "send-done", "recv", "recv-done"}
+
+
+# ---------------------------------------------------------------------------------------------
+# export (here: TensorFlow and mesc_tf)
+# ---------------------------------------------------------------------------------------------
+
+def _program_facts(module_pb: bytes) -> dict:
+    """From the HLO module: which output is which updated variable ({output: parameter}), how
+    many products and convolutions run at less than float32 precision (TF32 would show here),
+    and any custom calls or host transfers (none should be in a step)."""
+    from tensorflow.compiler.xla import xla_data_pb2
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    module = hlo_pb2.HloModuleProto.FromString(module_pb)
+    ops = [op for c in module.computations for op in c.instructions]
+    products = [op for op in ops if op.opcode in ("dot", "convolution")]
+    highest = xla_data_pb2.PrecisionConfig.HIGHEST
+    return {
+        "aliases": {e.output_shape_index[0]: e.parameter_number
+                    for e in module.input_output_alias.entries},
+        "products": len(products),
+        "products_below_highest": sum(any(p != highest for p in op.precision_config.operand_precision)
+                                      for op in products),
+        "host_or_custom_ops": sorted({op.opcode for op in ops if op.opcode in HOST_OR_CUSTOM}),
+    }
+
+
+def _param_spec(name, value: np.ndarray, arrays: dict) -> dict:
+    """A JSON entry for one parameter; constant arrays are stored as their value alone."""
+    spec = {"name": name, "shape": list(value.shape), "dtype": str(value.dtype)}
+    flat = value.reshape(-1)
+    if flat.size > 1 and np.all(flat == flat[0]):
+        spec["fill"] = flat[0].item()
+    else:
+        arrays[f"p{len(arrays)}"] = value
+        spec["key"] = f"p{len(arrays) - 1}"
+    return spec
+
+
+def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
+    import tensorflow as tf
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench import autoencoder_source, load_or_random
+
+    from mesc_tf import pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.model import MESCNet
+    from mesc_tf.training import adam, configure_runtime
+
+    configure_runtime(seed, deterministic=False)  # Keras compiles nothing with XLA otherwise
+    cfg = get_config(name)
+    settings = cfg.mesc
+    x, _, source = load_or_random(name, seed)
+    x = tf.convert_to_tensor(x, tf.float32)
+    ae, ae_line = pipeline.get_autoencoder(cfg.arch, **autoencoder_source(name))
+    model = MESCNet(ae, int(x.shape[0]), settings)
+    model(x)
+    model.compile(optimizer=adam(settings.lr), jit_compile=True)
+    model.optimizer.build(model.trainable_variables)
+    step = tf.function(model.train_step, jit_compile=True)  # what fit compiles per step
+
+    concrete = step.get_concrete_function(x)
+    module_pb = step.experimental_get_compiler_ir(x)(stage="hlo_serialized")
+    (out / f"{name}.hlo.pb").write_bytes(module_pb)
+
+    # The program's parameters: the images, then the captured variables in capture order.
+    import keras
+
+    def handle(v):
+        return (v.value if isinstance(v, keras.Variable) else v).handle
+
+    variables = {id(handle(v)): v for v in list(model.variables) + list(model.optimizer.variables)}
+    captured = [variables[id(c)] for c in concrete.captured_inputs]
+    arrays: dict = {}
+    params = [_param_spec("x", x.numpy(), arrays)]
+    params += [_param_spec(v.path, np.asarray(v.numpy()), arrays) for v in captured]
+    coef_param = next(i for i, p in enumerate(params) if p["name"].endswith("self_expression/coef"))
+    np.savez_compressed(out / f"{name}.npz", **arrays)
+
+    losses = []
+    for _ in range(steps):
+        terms = step(x)
+        losses.append([float(terms[k]) for k in TERMS])
+    rows = min(int(x.shape[0]), REF_VALUES // int(x.shape[0]))
+    np.savez_compressed(out / f"{name}.ref.npz", coef=model.coef.numpy()[:rows])
+    facts = _program_facts(module_pb)
+    aliases = facts.pop("aliases")
+    coef_output = next(o for o, p in aliases.items() if p == coef_param)
+    meta = {
+        "dataset": name, "n": int(x.shape[0]), "latent_dim": int(np.prod(ae.latent_shape)),
+        "data": source, "autoencoder": ae_line, "settings": settings.to_dict(),
+        "tensorflow": tf.__version__, "params": params, "aliases": aliases,
+        "terms": list(TERMS), "coef_output": coef_output, "steps": steps, "tf_losses": losses,
+        "tf_coef_rows": rows, **facts,
+    }
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def export(args):
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in args.datasets:
+        t = time.perf_counter()
+        meta = export_one(name, out, args.steps, args.seed)
+        size = sum(f.stat().st_size for f in out.glob(f"{name}.*")) / 2**20
+        print(f"{name}: n {meta['n']}, {len(meta['params'])} parameters, {meta['data']} data, "
+              f"{meta['products']} products/convolutions ({meta['products_below_highest']} below "
+              f"float32 precision), host transfers or custom calls: "
+              f"{', '.join(meta['host_or_custom_ops']) or 'none'}; {size:.1f} MiB, "
+              f"{time.perf_counter() - t:.0f} s", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# time (there: JAX alone)
+# ---------------------------------------------------------------------------------------------
+
+def _without_copies(mlir_bytecode: bytes) -> str:
+    """The module as text with its ``mhlo.copy`` ops dropped: the HLO importer turns the copies
+    TensorFlow puts on returned variables into ``mhlo.copy``, which jaxlib 0.11's compiler
+    refuses ("failed to legalize operation 'mhlo.copy'"). A copy of a value is that value."""
+    from jax._src.interpreters.mlir import make_ir_context
+    from jax._src.lib.mlir import ir
+
+    with make_ir_context() as ctx:
+        ctx.allow_unregistered_dialects = True  # mhlo is not among jax's dialects
+        module = ir.Module.parse(mlir_bytecode)
+        copies = []
+
+        def visit(op):
+            if op.name == "mhlo.copy":
+                copies.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        for op in copies:
+            op.results[0].replace_all_uses_with(op.operands[0])
+            op.erase()
+        return str(module)
+
+
+def _compile(module_pb: bytes, device):
+    """The HLO module compiled for ``device`` by the XLA inside jaxlib."""
+    from jax._src.lib import xla_client as xc
+
+    mlir = _without_copies(xc._xla.mlir.hlo_to_stablehlo(module_pb))
+    return device.client.compile_and_load(mlir, xc.DeviceList((device,)), xc.CompileOptions())
+
+
+class Program:
+    """One exported step, compiled for ``device``, run with its variables fed back."""
+
+    def __init__(self, directory: Path, name: str, device):
+        import jax
+
+        self.meta = json.loads((directory / f"{name}.json").read_text())
+        self.device = device
+        self.exe = _compile((directory / f"{name}.hlo.pb").read_bytes(), device)
+        stored = np.load(directory / f"{name}.npz")
+
+        def value(spec):
+            if "key" in spec:
+                return stored[spec["key"]]
+            return np.full(spec["shape"], spec["fill"], dtype=spec["dtype"])
+
+        self.start = [value(p) for p in self.meta["params"]]
+        self.put = lambda v: jax.device_put(v, device)
+        self.aliases = {int(o): p for o, p in self.meta["aliases"].items()}
+
+    def run(self, steps, args=None):
+        """Run ``steps`` steps; (per-step loss terms, per-step seconds, final arguments)."""
+        args = list(args) if args is not None else [self.put(v) for v in self.start]
+        losses, seconds = [], []
+        for _ in range(steps):
+            t = time.perf_counter()
+            outs = [o[0] for o in self.exe.execute_sharded(args)
+                    .disassemble_into_single_device_arrays()]
+            for o in outs:
+                o.block_until_ready()
+            seconds.append(time.perf_counter() - t)
+            losses.append([float(outs[i]) for i in range(len(self.meta["terms"]))])
+            for o, p in self.aliases.items():
+                args[p] = outs[o]
+        return losses, seconds, args
+
+
+def _floor_ms(n, p, device, warmup=3, repeats=10):
+    """C·Z, G·Zᵀ and Cᵀ·G for n×n C and n×p Z, G at float32 (no TF32), in one program."""
+    import jax
+    import jax.numpy as jnp
+
+    hi = jax.lax.Precision.HIGHEST
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    c = jax.device_put(jax.random.uniform(keys[0], (n, n), jnp.float32), device)
+    z = jax.device_put(jax.random.uniform(keys[1], (n, p), jnp.float32), device)
+    g = jax.device_put(jax.random.uniform(keys[2], (n, p), jnp.float32), device)
+    products = jax.jit(lambda c, z, g: (jnp.dot(c, z, precision=hi), jnp.dot(g, z.T, precision=hi),
+                                        jnp.dot(c.T, g, precision=hi)))
+    times = []
+    for i in range(warmup + repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(products(c, z, g))
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    return 1000 * float(np.median(times))
+
+
+def time_one(directory: Path, name: str, device, warmup: int, repeats: int) -> dict:
+    t = time.perf_counter()
+    prog = Program(directory, name, device)
+    meta = prog.meta
+    compile_s = time.perf_counter() - t
+    n_ref = meta["steps"]
+    losses, _, args = prog.run(n_ref)
+    losses_again, _, args_again = prog.run(n_ref)
+    coef_param = prog.aliases[meta["coef_output"]]
+    coef = np.asarray(args[coef_param])
+    coef_again = np.asarray(args_again[coef_param])
+    rows = meta["tf_coef_rows"]
+    ref = np.load(directory / f"{name}.ref.npz")["coef"]
+    ref_change = ref - prog.start[coef_param][:rows]
+    tf_losses = np.asarray(meta["tf_losses"])
+    loss_rel = (np.abs(np.asarray(losses) - tf_losses) / np.abs(tf_losses)).max(axis=0)
+    _, seconds, _ = prog.run(warmup + repeats, args)
+    stats = device.memory_stats() or {}
+    return {
+        "dataset": name, "n": meta["n"], "data": meta["data"], "compile_s": round(compile_s, 2),
+        "step_ms": round(1000 * float(np.median(seconds[warmup:])), 3),
+        "steps_ms_all": [round(1000 * s, 3) for s in seconds],
+        "floor_ms": round(_floor_ms(meta["n"], meta["latent_dim"], device), 3),
+        "loss_terms_max_rel_diff_vs_tf_cpu": dict(zip(meta["terms"], map(float, loss_rel))),
+        # relative to how far C moved in those steps, not to C itself
+        "coef_change_rel_diff_vs_tf_cpu": float(np.linalg.norm(coef[:rows] - ref)
+                                                / np.linalg.norm(ref_change)),
+        "compared_steps": n_ref, "coef_rows_compared": rows,
+        "bitwise_repeatable": bool(np.array_equal(coef, coef_again)
+                                   and losses == losses_again),
+        "peak_device_bytes": stats.get("peak_bytes_in_use"),
+    }
+
+
+def time_all(args):
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # Keras' step counter is int64
+    device = jax.devices()[0]
+    report = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
+              "warmup": args.warmup, "repeats": args.repeats, "datasets": []}
+    print(report["device"], "jax", jax.__version__, flush=True)
+    directory = Path(args.dir)
+    names = args.datasets or [d for d in DATASETS if (directory / f"{d}.json").is_file()]
+    for name in names:
+        r = time_one(directory, name, device, args.warmup, args.repeats)
+        report["datasets"].append(r)
+        print(f"{name:7} n {r['n']:5}  step {r['step_ms']:8.3f} ms  floor {r['floor_ms']:7.3f} ms  "
+              f"compile {r['compile_s']:5.1f} s  loss terms vs TF "
+              f"{max(r['loss_terms_max_rel_diff_vs_tf_cpu'].values()):.1e}  "
+              f"ΔC vs TF {r['coef_change_rel_diff_vs_tf_cpu']:.1e}  repeatable {r['bitwise_repeatable']}  "
+              f"peak {(r['peak_device_bytes'] or 0) / 2**30:.2f} GiB", flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="write each dataset's step program and references")
+    e.add_argument("--out", required=True, help="folder for the exported files")
+    e.add_argument("--datasets", type=lambda s: s.split(","), default=list(DATASETS))
+    e.add_argument("--steps", type=int, default=3, help="steps TensorFlow runs as the reference")
+    e.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("time", help="compile and time the exported programs with JAX")
+    t.add_argument("--dir", required=True, help="folder written by export")
+    t.add_argument("--datasets", type=lambda s: s.split(","), default=None)
+    t.add_argument("--warmup", type=int, default=5)
+    t.add_argument("--repeats", type=int, default=50)
+    t.add_argument("--json", help="write the report here")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.command == "export":
+        sys.path.insert(0, str(ROOT))
+        export(args)
+    else:
+        time_all(args)
+
+
+if __name__ == "__main__":
+    main()
