@@ -1,7 +1,9 @@
 """The fine-tuning step's XLA program, exported here and timed on a GPU machine without TensorFlow.
 
-    python benchmarks/xla_step.py export --out xla_steps               # here, with TensorFlow
-    python benchmarks/xla_step.py time --dir xla_steps --json OUT.json  # there, with JAX alone
+    python benchmarks/xla_step.py export --out .xla_steps               # here, with TensorFlow
+    python benchmarks/xla_step.py time --dir .xla_steps --json OUT.json  # there, with JAX alone
+
+(``.xla_steps`` is git-ignored; the device tool carries it when named in ``carry``.)
 
 The machine lent for GPU checks has JAX and CUDA 13 but no TensorFlow, and nothing can be
 installed there beyond what one call carries (64 MiB; TensorFlow's wheel alone is 546 MB). So
@@ -38,8 +40,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("orl", "coil20", "eyaleb", "mnist")
-# TensorFlow's dict outputs are flattened in sorted key order.
-TERMS = ("loss", "recon", "reg", "selfexp")
 # C after the last step is kept in as many whole rows as make up 2 MiB.
 REF_VALUES = 2**19
 HOST_OR_CUSTOM = {"custom-call", "infeed", "outfeed", "send", "send-done", "recv", "recv-done"}
@@ -83,6 +83,9 @@ def _param_spec(name, value: np.ndarray, arrays: dict) -> dict:
 
 
 def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
+    """Write ``name``'s step program, start values and TensorFlow's reference; returns the
+    metadata written to ``<name>.json``."""
+    import keras
     import tensorflow as tf
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -101,7 +104,7 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     ae, ae_line = pipeline.get_autoencoder(cfg.arch, **autoencoder_source(name))
     model = MESCNet(ae, int(x.shape[0]), settings)
     model(x)
-    model.compile(optimizer=adam(settings.lr), jit_compile=True)
+    model.compile(optimizer=adam(settings.lr))
     model.optimizer.build(model.trainable_variables)
     step = tf.function(model.train_step, jit_compile=True)  # what fit compiles per step
 
@@ -110,8 +113,6 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     (out / f"{name}.hlo.pb").write_bytes(module_pb)
 
     # The program's parameters: the images, then the captured variables in capture order.
-    import keras
-
     def handle(v):
         return (v.value if isinstance(v, keras.Variable) else v).handle
 
@@ -123,10 +124,11 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     coef_param = next(i for i, p in enumerate(params) if p["name"].endswith("self_expression/coef"))
     np.savez_compressed(out / f"{name}.npz", **arrays)
 
+    terms = sorted(concrete.structured_outputs)  # its first outputs: tf.nest sorts dict keys
     losses = []
     for _ in range(steps):
-        terms = step(x)
-        losses.append([float(terms[k]) for k in TERMS])
+        values = step(x)
+        losses.append([float(values[k]) for k in terms])
     rows = min(int(x.shape[0]), REF_VALUES // int(x.shape[0]))
     np.savez_compressed(out / f"{name}.ref.npz", coef=model.coef.numpy()[:rows])
     facts = _program_facts(module_pb)
@@ -136,7 +138,7 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
         "dataset": name, "n": int(x.shape[0]), "latent_dim": int(np.prod(ae.latent_shape)),
         "data": source, "autoencoder": ae_line, "settings": settings.to_dict(),
         "tensorflow": tf.__version__, "params": params, "aliases": aliases,
-        "terms": list(TERMS), "coef_output": coef_output, "steps": steps, "tf_losses": losses,
+        "terms": terms, "coef_output": coef_output, "steps": steps, "tf_losses": losses,
         "tf_coef_rows": rows, **facts,
     }
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1))
@@ -293,10 +295,8 @@ def time_all(args):
     report = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
               "warmup": args.warmup, "repeats": args.repeats, "datasets": []}
     print(report["device"], "jax", jax.__version__, flush=True)
-    directory = Path(args.dir)
-    names = args.datasets or [d for d in DATASETS if (directory / f"{d}.json").is_file()]
-    for name in names:
-        r = time_one(directory, name, device, args.warmup, args.repeats)
+    for name in args.datasets:
+        r = time_one(Path(args.dir), name, device, args.warmup, args.repeats)
         report["datasets"].append(r)
         print(f"{name:7} n {r['n']:5}  step {r['step_ms']:8.3f} ms  floor {r['floor_ms']:7.3f} ms  "
               f"compile {r['compile_s']:5.1f} s  loss terms vs TF "
@@ -307,27 +307,59 @@ def time_all(args):
             Path(args.json).write_text(json.dumps(report, indent=1))
 
 
+def _names(choices):
+    def parse(text):
+        items = [s.strip().lower() for s in text.split(",") if s.strip()]
+        if not items or any(s not in choices for s in items):
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
+        return items
+    return parse
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    from mesc_tf import cli  # no TensorFlow: the GPU machine has none
+    from mesc_tf.config import DATASETS as KNOWN
+
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])  # one-line errors
+    sub = p.add_subparsers(dest="command", required=True, parser_class=cli.ArgumentParser)
     e = sub.add_parser("export", help="write each dataset's step program and references")
     e.add_argument("--out", required=True, help="folder for the exported files")
-    e.add_argument("--datasets", type=lambda s: s.split(","), default=list(DATASETS))
+    e.add_argument("--datasets", type=_names(tuple(KNOWN)), default=list(DATASETS),
+                   help=f"comma-separated (default {','.join(DATASETS)})")
     e.add_argument("--steps", type=int, default=3, help="steps TensorFlow runs as the reference")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=cli.seed_arg, default=0)
     t = sub.add_parser("time", help="compile and time the exported programs with JAX")
     t.add_argument("--dir", required=True, help="folder written by export")
-    t.add_argument("--datasets", type=lambda s: s.split(","), default=None)
+    t.add_argument("--datasets", type=_names(tuple(KNOWN)),
+                   help="comma-separated (default: every dataset exported in --dir)")
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--repeats", type=int, default=50)
     t.add_argument("--json", help="write the report here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    parser = e if args.command == "export" else t
+    for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1)):
+        if getattr(args, name, low) < low:
+            parser.error(f"--{name} must be >= {low}, got {getattr(args, name)}")
+    if args.command == "time":
+        folder = Path(args.dir)
+        names = args.datasets or [d for d in KNOWN if (folder / f"{d}.json").is_file()]
+        missing = [d for d in names if not (folder / f"{d}.json").is_file()]
+        if not names or missing:
+            parser.error(f"no exported program for {', '.join(missing) or 'any dataset'} in "
+                         f"{folder}; write it with `python benchmarks/xla_step.py export --out "
+                         f"{folder}`")
+        args.datasets = names
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            parser.error("`time` needs JAX (pip install jax, or jax[cuda13] for a GPU)")
+    return args
 
 
 def main(argv=None):
+    sys.path.insert(0, str(ROOT))
     args = parse_args(argv)
     if args.command == "export":
-        sys.path.insert(0, str(ROOT))
         export(args)
     else:
         time_all(args)

@@ -158,3 +158,16 @@ def test_xla_step_export_matches_the_program(tmp_path):
     assert losses.shape == (2, 4) and np.all(np.isfinite(losses))
     ref = np.load(tmp_path / "orl.ref.npz")["coef"]
     assert ref.shape == (meta["tf_coef_rows"], 400) and not np.all(ref == params[coef]["fill"])
+
+
+def test_xla_step_bad_options_are_one_line(tmp_path):
+    script = str(REPO / "benchmarks" / "xla_step.py")
+    for argv, needle in ((["export", "--out", str(tmp_path), "--datasets", "foo"], "choose from"),
+                         (["export", "--out", str(tmp_path), "--steps", "0"], ">= 1"),
+                         (["time", "--dir", str(tmp_path)], "no exported program"),
+                         (["time", "--dir", str(tmp_path), "--warmup", "-1"], ">= 0")):
+        proc = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
