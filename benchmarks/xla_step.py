@@ -49,13 +49,19 @@ HOST_OR_CUSTOM = {"custom-call", "infeed", "outfeed", "send", "send-done", "recv
 # export (here: TensorFlow and mesc_tf)
 # ---------------------------------------------------------------------------------------------
 
+def xla_protos():
+    """XLA's protobuf modules (hlo_pb2, xla_data_pb2), as TensorFlow's wheels ship them."""
+    from tensorflow.compiler.xla import xla_data_pb2
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    return hlo_pb2, xla_data_pb2
+
+
 def _program_facts(module_pb: bytes) -> dict:
     """From the HLO module: which output is which updated variable ({output: parameter}), how
     many products and convolutions run at less than float32 precision (TF32 would show here),
     and any custom calls or host transfers (none should be in a step)."""
-    from tensorflow.compiler.xla import xla_data_pb2
-    from tensorflow.compiler.xla.service import hlo_pb2
-
+    hlo_pb2, xla_data_pb2 = xla_protos()
     module = hlo_pb2.HloModuleProto.FromString(module_pb)
     ops = [op for c in module.computations for op in c.instructions]
     products = [op for op in ops if op.opcode in ("dot", "convolution")]
