@@ -70,8 +70,8 @@ def _program_facts(module_pb: bytes) -> dict:
         "aliases": {e.output_shape_index[0]: e.parameter_number
                     for e in module.input_output_alias.entries},
         "products": len(products),
-        "products_below_highest": sum(any(p != highest for p in op.precision_config.operand_precision)
-                                      for op in products),
+        "products_below_highest": sum(
+            any(p != highest for p in op.precision_config.operand_precision) for op in products),
         "host_or_custom_ops": sorted({op.opcode for op in ops if op.opcode in HOST_OR_CUSTOM}),
     }
 
@@ -307,7 +307,8 @@ def time_all(args):
         print(f"{name:7} n {r['n']:5}  step {r['step_ms']:8.3f} ms  floor {r['floor_ms']:7.3f} ms  "
               f"compile {r['compile_s']:5.1f} s  loss terms vs TF "
               f"{max(r['loss_terms_max_rel_diff_vs_tf_cpu'].values()):.1e}  "
-              f"ΔC vs TF {r['coef_change_rel_diff_vs_tf_cpu']:.1e}  repeatable {r['bitwise_repeatable']}  "
+              f"ΔC vs TF {r['coef_change_rel_diff_vs_tf_cpu']:.1e}  "
+              f"repeatable {r['bitwise_repeatable']}  "
               f"peak {(r['peak_device_bytes'] or 0) / 2**30:.2f} GiB", flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1))

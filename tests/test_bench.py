@@ -141,7 +141,8 @@ def test_xla_step_export_matches_the_program(tmp_path):
     assert meta["data"] == "random" and len(params) == len(shapes)
     types = {"float32": xla_data_pb2.F32, "int64": xla_data_pb2.S64}
     for spec, shape in zip(params, shapes):
-        assert list(shape.dimensions) == spec["shape"] and shape.element_type == types[spec["dtype"]]
+        assert list(shape.dimensions) == spec["shape"]
+        assert shape.element_type == types[spec["dtype"]]
     assert params[0]["name"] == "x" and params[0]["shape"] == [400, 32, 32, 1]
     # C starts constant (stored as its value alone), and its update comes back.
     coef = next(i for i, p in enumerate(params) if p["name"].endswith("self_expression/coef"))
