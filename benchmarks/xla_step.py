@@ -94,7 +94,6 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     import keras
     import tensorflow as tf
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench import autoencoder_source, load_or_random
 
     from mesc_tf import pipeline
@@ -314,16 +313,9 @@ def time_all(args):
             Path(args.json).write_text(json.dumps(report, indent=1))
 
 
-def _names(choices):
-    def parse(text):
-        items = [s.strip().lower() for s in text.split(",") if s.strip()]
-        if not items or any(s not in choices for s in items):
-            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
-        return items
-    return parse
-
-
 def parse_args(argv=None):
+    from bench import _csv  # stdlib only at import
+
     from mesc_tf import cli  # no TensorFlow: the GPU machine has none
     from mesc_tf.config import DATASETS as KNOWN
 
@@ -331,13 +323,13 @@ def parse_args(argv=None):
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli.ArgumentParser)
     e = sub.add_parser("export", help="write each dataset's step program and references")
     e.add_argument("--out", required=True, help="folder for the exported files")
-    e.add_argument("--datasets", type=_names(tuple(KNOWN)), default=list(DATASETS),
+    e.add_argument("--datasets", type=_csv(tuple(KNOWN)), default=list(DATASETS),
                    help=f"comma-separated (default {','.join(DATASETS)})")
     e.add_argument("--steps", type=int, default=3, help="steps TensorFlow runs as the reference")
     e.add_argument("--seed", type=cli.seed_arg, default=0)
     t = sub.add_parser("time", help="compile and time the exported programs with JAX")
     t.add_argument("--dir", required=True, help="folder written by export")
-    t.add_argument("--datasets", type=_names(tuple(KNOWN)),
+    t.add_argument("--datasets", type=_csv(tuple(KNOWN)),
                    help="comma-separated (default: every dataset exported in --dir)")
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--repeats", type=int, default=50)
@@ -347,6 +339,8 @@ def parse_args(argv=None):
     for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1)):
         if getattr(args, name, low) < low:
             parser.error(f"--{name} must be >= {low}, got {getattr(args, name)}")
+    if args.command == "export" and Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a file; give a folder for the exported programs")
     if args.command == "time":
         folder = Path(args.dir)
         names = args.datasets or [d for d in KNOWN if (folder / f"{d}.json").is_file()]
@@ -364,7 +358,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
     args = parse_args(argv)
     if args.command == "export":
         export(args)

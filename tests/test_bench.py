@@ -170,7 +170,10 @@ def test_xla_step_export_matches_the_program(tmp_path):
 
 def test_xla_step_bad_options_are_one_line(tmp_path):
     script = str(REPO / "benchmarks" / "xla_step.py")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
     for argv, needle in ((["export", "--out", str(tmp_path), "--datasets", "foo"], "choose from"),
+                         (["export", "--out", str(a_file)], "is a file"),
                          (["export", "--out", str(tmp_path), "--steps", "0"], ">= 1"),
                          (["time", "--dir", str(tmp_path)], "no exported program"),
                          (["time", "--dir", str(tmp_path), "--warmup", "-1"], ">= 0")):
@@ -178,4 +181,4 @@ def test_xla_step_bad_options_are_one_line(tmp_path):
                               timeout=120)
         assert proc.returncode == 2, (argv, proc.stderr)
         assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
-    assert not any(tmp_path.iterdir())  # nothing written
+    assert list(tmp_path.iterdir()) == [a_file]  # nothing written
