@@ -30,7 +30,6 @@ Without ``jit_compile`` TensorFlow would run its own GPU kernels op by op: not m
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time

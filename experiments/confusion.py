@@ -131,7 +131,7 @@ def figure(name, out, path):
     k = len(next(iter(out.values()))["per_seed"][0]["confusion"])
     size = max(4.5, 0.38 * (k + 1) + 1.5)
     fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
-    for ax, (m, r) in zip(axes.ravel(), out.items()):
+    for ax, r in zip(axes.ravel(), out.values()):
         s = r["per_seed"][0]
         draw(ax, s["confusion"], s["recall"], s["precision"],
              f"{r['title']}: ACC {100 * s['metrics']['acc']:.2f}% (seed {s['seed']})")
@@ -148,7 +148,7 @@ def markdown(summary, args):
         lines += [f"## {name} ({s['n']} images, {s['n_clusters']} classes)", "",
                   "| method | ACC (%) | NMI (%) | classes with recall < 50% (seed "
                   f"{args.seeds[0]}) |", "|---|---|---|---|"]
-        for m, r in s["methods"].items():
+        for r in s["methods"].values():
             low = [str(i + 1) for i, v in enumerate(r["per_seed"][0]["recall"]) if v < 0.5]
             lines.append(f"| {r['title']} | {common.pm(r['acc_mean'], r['acc_std'])} | "
                          f"{common.pm(r['nmi_mean'], r['nmi_std'])} | {', '.join(low) or '–'} |")

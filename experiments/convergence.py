@@ -120,7 +120,7 @@ def markdown(summary, skipped, args):
                      f"{s['last_loss']:.6g} | {'yes' if s['rises_at_start'] else 'no'} | "
                      f"{s['steps_to_within_1pct']} | {common.pm(s['acc_mean'], s['acc_std'])} | "
                      f"{common.pm(s['nmi_mean'], s['nmi_std'])} |")
-    for name, why in skipped.items():
+    for name in skipped:
         lines.append(f"| {name} | skipped: data not found | | | | | | | | |")
     lines += ["", "Loss = Σ(x_r − x)² + reg1·½ΣC ln C + reg2·½Σ(Z − CZ)² (code constants, "
               "mesc_tf/config.py MESC-Net settings); one value per full-batch step from the "

@@ -342,7 +342,7 @@ def _thrC_sparse(C, ratio: float) -> sp.csc_array:
     if ratio >= 1:
         return sp.csc_array(C)
     indptr, indices, data = [np.zeros(1, np.int64)], [], []
-    for j0, j1, keep, Ct in _thrC_blocks(C, ratio):
+    for _, _, keep, Ct in _thrC_blocks(C, ratio):
         keep &= Ct != 0
         indptr.append(indptr[-1][-1] + np.cumsum(np.count_nonzero(keep, axis=1)))
         indices.append(np.nonzero(keep)[1])  # row-major over (column, row): CSC order

@@ -427,7 +427,6 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in out.parent.iterdir()) == ["orl.h5"]
     assert "channels on at < 1 % of positions:" in stdout
-    from mesc_tf.weights import read_autoencoder_file
     meta = read_autoencoder_file(out)[1]
     assert list(meta["channel_activity"]) == ["enc_0", "enc_1", "enc_2", "dec_0", "dec_1", "dec_2"]
     assert [len(a) for a in meta["channel_activity"].values()] == [3, 3, 5, 3, 3, 1]
