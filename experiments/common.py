@@ -412,7 +412,6 @@ def train(d: Data, settings, src: dict, args, seed: int, inspect=None) -> Traine
     runs on the trained model first (e.g. to encode the data); its value is ``extra``."""
     from mesc_tf import pipeline
 
-    quiet_retracing()
     ae, pre_s = load_autoencoder(d.name, src, seed)
     model, history, ft_s = pipeline.fine_tune(d.x, settings, ae, verbose=0 if args.quiet else 1)
     out = Trained(model.coef.numpy(), history, ft_s, pre_s,
@@ -444,21 +443,6 @@ def cluster_seeds(coef, d: Data, settings, seeds, keep_labels=False) -> list[dic
             rec["labels"] = labels.tolist()
         out.append(rec)
     return out
-
-
-class _NoRetracingWarning:
-    """Each run builds a new model, so Keras' 'triggered tf.function retracing' warning is
-    expected here; drop it (other TF warnings still show)."""
-
-    @staticmethod
-    def filter(record):
-        return "triggered tf.function retracing" not in record.getMessage()
-
-
-def quiet_retracing():
-    import logging
-
-    logging.getLogger("tensorflow").addFilter(_NoRetracingWarning)
 
 
 def release():

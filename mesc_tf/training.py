@@ -7,6 +7,7 @@ callback below shows the loss terms, TensorBoard logs them, EarlyStopping can wa
 """
 
 import json
+import logging
 import os
 import sys
 import time
@@ -22,6 +23,18 @@ from mesc_tf.files import atomic_write_text
 
 # TF1's AdamOptimizer default; Keras' is 1e-7 (pitfall 3).
 ADAM_EPSILON = 1e-8
+
+
+class _ExpectedRetracing(logging.Filter):
+    """Drops TF's 'triggered tf.function retracing' warning, and only that. Every call of
+    fit_steps compiles a new model's step, so after a few fits (a sweep, or an estimator in a
+    loop or a grid search) TF warns about retracing, though each step is traced only once."""
+
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+_EXPECTED_RETRACING = _ExpectedRetracing()
 
 
 def configure_runtime(seed=None, deterministic=True):
@@ -259,6 +272,7 @@ def fit_steps(model, x, epochs, lr, *, batch_size=None, seed=0, verbose=1, log_d
         start = resumed_epoch(backup_dir) if backup_dir is not None else 0
         data = minibatches(x, batch_size, seed, start)
     model.compile(optimizer=adam(lr), jit_compile=jit_compile)
+    tf.get_logger().addFilter(_EXPECTED_RETRACING)  # once: the same filter is not added twice
     cbs = list(callbacks)
     if verbose:
         cbs.append(StepProgbar(epochs, verbose=verbose))

@@ -354,3 +354,25 @@ def test_readme_estimator_example_prints_what_it_says(shared_data, monkeypatch, 
     assert printed[1] == "(216, 216) (216, 3840)"
     claimed = re.search(r"# (0\.\d+) with these settings and seed 0", code)[1]
     assert f"{float(printed[2]):.3f}" == claimed
+
+
+def test_fits_in_a_loop_do_not_warn_of_retracing():
+    """Each fit compiles a new model's step, which TF reports as retracing after a few fits
+    (a loop or a grid search); that warning is dropped, other TF warnings still show."""
+    import logging
+
+    import tensorflow as tf
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    tf.get_logger().addHandler(handler)
+    try:
+        x, _ = union_of_subspaces(per_cluster=4)
+        for seed in range(4):
+            MESCClustering(3, pretrain_steps=2, epochs=2, random_state=seed).fit(x)
+        tf.get_logger().warning("another warning")
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert not [m for m in seen if "retracing" in m], seen
+    assert "another warning" in seen
