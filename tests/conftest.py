@@ -55,3 +55,23 @@ def runtime():
     from mesc_tf.training import configure_runtime
 
     configure_runtime(0)
+
+
+@pytest.fixture(scope="session")
+def tensorboard_scalars():
+    """A function: the scalars of the TensorBoard event files under a folder, as
+    {run (subfolder): {tag: [steps]}}."""
+    import tensorflow as tf
+    from tensorflow.core.util import event_pb2
+
+    def read(log_dir):
+        out = {}
+        for path in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
+            tags = out.setdefault(path.parent.name, {})
+            for record in tf.data.TFRecordDataset(str(path)):
+                event = event_pb2.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    tags.setdefault(value.tag, []).append(event.step)
+        return out
+
+    return read

@@ -119,7 +119,8 @@ def test_lapack_fallback_gives_the_arpack_affinity(monkeypatch):
     np.testing.assert_allclose(postcluster.affinity(C, 3, 3, 2.0, "mesc"), want, atol=1e-8)
 
 
-def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path):
+def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path,
+                                             tensorboard_scalars):
     """experiments/run.py in a subprocess on the shared ORL data and the DSC ORL checkpoint,
     30 steps (lr 5e-3 so that 30 steps are enough for ACC ≈ 0.6)."""
     out = tmp_path / "run"
@@ -128,7 +129,7 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path):
         [sys.executable, str(REPO / "experiments" / "run.py"), "--dataset", "orl",
          "--tf1-checkpoint", str(tf1_ckpts["orl"]), "--epochs", "30", "--lr", "5e-3",
          "--reg2", "0.2", "--seed", "0", "--out", str(out), "--save-coef", str(tmp_path / "C.npy"),
-         "--post-method", "strict", "--quiet"],
+         "--post-method", "strict", "--tensorboard", "--quiet"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ACC" in proc.stdout and str(out / "results.json") in proc.stdout
@@ -148,3 +149,7 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path):
     assert post["method"] == "strict" and isinstance(post["ill_posed"], bool)
     assert 1 <= post["clusters_found"] <= 40
     assert np.load(tmp_path / "C.npy").shape == (400, 400)
+    # --tensorboard: every loss term of every step, as Keras' callback writes them.
+    logged = tensorboard_scalars(out / "tb")["train"]
+    for tag in ("epoch_loss", "epoch_recon", "epoch_reg", "epoch_selfexp"):
+        assert logged[tag] == list(range(30)), tag

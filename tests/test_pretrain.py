@@ -26,11 +26,17 @@ def x():
     return (imgs / imgs.max())[..., None].astype(np.float32)
 
 
-def test_pretraining_lowers_the_error_and_writes_a_loadable_file(x, tmp_path):
+def test_pretraining_lowers_the_error_and_writes_a_loadable_file(x, tmp_path,
+                                                                tensorboard_scalars):
     configure_runtime(0)
-    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=60, patience=60), verbose=0)
+    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=60, patience=60), verbose=0,
+                                 log_dir=tmp_path / "tb")
     err = info["history"]["rel_err"]
     assert info["steps"] == 60 and err[-1] < 0.6 * err[0]
+    # TensorBoard has both logged terms at every step.
+    logged = tensorboard_scalars(tmp_path / "tb")["train"]
+    for tag in ("epoch_recon", "epoch_rel_err"):
+        assert logged[tag] == list(range(60)), tag
     # The best weights are kept, not the last ones.
     assert info["relative_error"] <= err.min() + 1e-6
     activity = channel_activity(ae, x)
