@@ -158,8 +158,8 @@ class PretrainNet(keras.Model):
 
     Logs ``recon`` (the loss) and ``rel_err`` = ‖x_r − x‖/‖x‖, the stopping criterion, both
     of the weights before the step's update (as Keras logs a training step). So the weights
-    EarlyStopping keeps are one update past the best error logged; pipeline.pretrain measures
-    the error of the weights it returns again.
+    EarlyStopping keeps are one update past the error it counts as best; pipeline.pretrain
+    measures the error of the weights it returns again.
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, **kwargs):

@@ -180,9 +180,10 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         arch, kernel_initializer=schedule.initializer).build_for_input()
     net = PretrainNet(ae)
     net(tf.convert_to_tensor(x[:1], tf.float32))
-    callbacks = [keras.callbacks.EarlyStopping(
+    early = keras.callbacks.EarlyStopping(
         monitor="rel_err", mode="min", min_delta=schedule.min_delta, patience=schedule.patience,
-        restore_best_weights=True)]
+        restore_best_weights=True)  # restores its best at the end, whatever stopped training
+    callbacks = [early]
     if schedule.target is not None:
         callbacks.append(StopAtTarget(schedule.target))
     if schedule.lr_patience:
@@ -203,8 +204,10 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     factors = (rescale_activations(ae, x, schedule.activation_scale)
                if schedule.activation_scale else None)
     return ae, {"steps": steps, "seconds": seconds, "batch_size": batch_size,
-                # history holds this process's steps only (a resumed run's last len(errors))
-                "best_step": steps - len(errors) + int(np.argmin(errors)) + 1 if len(errors) else 0,
+                # The weights returned: those after the step of EarlyStopping's best epoch (its
+                # last improvement by min_delta, not always the lowest error logged; epochs
+                # count from the start, a resumed run's too).
+                "best_step": int(early.best_epoch) + 1 if len(errors) else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
                 "channel_activity": {k: [round(float(v), 4) for v in a]
                                      for k, a in channel_activity(ae, x).items()},

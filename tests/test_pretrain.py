@@ -62,6 +62,31 @@ def test_target_error_stops_training_early(x):
     assert info["relative_error"] <= target + 1e-6
 
 
+def test_patience_stops_training_and_keeps_the_best_weights(x):
+    """No step improves the error (< 1) by min_delta 1.0, so the first step's weights stay the
+    best: training stops `patience` steps later and returns them (Keras' EarlyStopping with
+    restore_best_weights)."""
+    weights = {}
+    for steps, patience in ((1, 1), (100, 5)):
+        configure_runtime(0)
+        ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=steps,
+                                                       patience=patience, min_delta=1.0),
+                                     verbose=0)
+        weights[steps] = [w.numpy() for w in ae.weights]
+    assert (info["steps"], info["best_step"]) == (6, 1)
+    for kept, first in zip(weights[100], weights[1], strict=True):
+        np.testing.assert_array_equal(kept, first)
+
+
+def test_lr_patience_halves_the_rate_on_plateaus(x):
+    """With no improvement, ReduceLROnPlateau halves the rate every ``lr_patience`` steps."""
+    configure_runtime(0)
+    _, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=9, patience=100,
+                                                  min_delta=1.0, lr_patience=2), verbose=0)
+    assert info["steps"] == 9
+    assert info["final_lr"] == pytest.approx(1e-2 / 2**4)
+
+
 def test_initializer_option(x):
     stds = {}
     for init in ("he_normal", "glorot_uniform", "truncated_normal"):
