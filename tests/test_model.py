@@ -215,3 +215,16 @@ def test_jit_compile_is_not_refused():
         assert model.jit_compile is True
     finally:
         configure_runtime(0)
+
+
+def test_progress_bar_shows_every_loss_term(capsys):
+    """verbose=1: Keras' Progbar counts steps and shows the loss terms of the last one."""
+    from mesc_tf.training import configure_runtime, fit_steps
+
+    configure_runtime(0)
+    model, x = tiny_mescnet(12)
+    history, _ = fit_steps(model, x, 3, 1e-3, verbose=1)
+    out = capsys.readouterr().out
+    assert "3/3" in out and "step" in out
+    for term in ("loss", "recon", "reg", "selfexp"):
+        assert f"{term}: {history[term][-1]:.4f}" in out, term
