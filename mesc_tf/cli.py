@@ -46,6 +46,8 @@ def seed_arg(text) -> int:
 
 def add_settings_args(p):
     """Options that override a dataset's settings (config.Settings); None keeps the config."""
+    p = p.add_argument_group("fine-tuning and clustering settings (default: the dataset's, "
+                             "mesc_tf/config.py)")
     p.add_argument("--framework", choices=FRAMEWORKS, help="decoupled (MESC) or coupled (DSC-Net)")
     p.add_argument("--regularizer", choices=REGULARIZERS, help="regulariser on C")
     p.add_argument("--reg1", type=float, help="weight of the regulariser (code constant)")
