@@ -43,26 +43,8 @@ def parse_args(argv=None):
     cli.add_dataset_arg(p)
     p.add_argument("--seed", type=cli.seed_arg,
                    help="seed of the initialisation and of the minibatch order (default 0)")
-    p.add_argument("--lr", type=float, help="Adam learning rate")
-    p.add_argument("--batch-size", type=int, metavar="B",
-                   help="images per step (default: all of them, unless their activations do "
-                   "not fit in memory)")
-    p.add_argument("--max-steps", type=int, help="upper bound on steps")
-    p.add_argument("--patience", type=int, help="steps without improvement before stopping")
-    p.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
-    p.add_argument("--lr-patience", type=int,
-                   help="halve the learning rate after this many steps without improvement")
-    p.add_argument("--target", type=float,
-                   help="stop as soon as the relative error is at most this (0 = never)")
-    p.add_argument("--initializer", choices=INITIALIZERS,
-                   help="kernel initializer of a fresh auto-encoder (truncated_normal: "
-                   "stddev 0.1, as TF1's tf.truncated_normal)")
-    p.add_argument("--activation-scale", type=scale_arg, metavar="S",
-                   help="finally rescale the weights so that every hidden layer's mean "
-                   "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1); "
-                   "reconstructions do not change (0 = off)")
     p.add_argument("--init", metavar="H5", help="continue training this .h5 auto-encoder "
-                   "instead of starting from he_normal weights (with --max-steps 0: only "
+                   "instead of starting from fresh weights (with --max-steps 0: only "
                    "rescale it)")
     p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
@@ -71,6 +53,25 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue an interrupted pretraining")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard logs to DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    s = p.add_argument_group("schedule (default: the dataset's, mesc_tf/config.py)")
+    s.add_argument("--lr", type=float, help="Adam learning rate")
+    s.add_argument("--batch-size", type=int, metavar="B",
+                   help="images per step (where none is configured: all of them, unless "
+                   "their activations do not fit in memory)")
+    s.add_argument("--max-steps", type=int, help="upper bound on steps")
+    s.add_argument("--patience", type=int, help="steps without improvement before stopping")
+    s.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
+    s.add_argument("--lr-patience", type=int,
+                   help="halve the learning rate after this many steps without improvement")
+    s.add_argument("--target", type=float,
+                   help="stop as soon as the relative error is at most this (0 = never)")
+    s.add_argument("--initializer", choices=INITIALIZERS,
+                   help="kernel initializer of a fresh auto-encoder (truncated_normal: "
+                   "stddev 0.1, as TF1's tf.truncated_normal)")
+    s.add_argument("--activation-scale", type=scale_arg, metavar="S",
+                   help="finally rescale the weights so that every hidden layer's mean "
+                   "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1); "
+                   "reconstructions do not change (0 = off)")
     args = p.parse_args(argv)
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         p.error("--checkpoint-every must be >= 1")
