@@ -1,17 +1,20 @@
 """One table of settings for every dataset.
 
-Each dataset has an auto-encoder architecture and two sets of fine-tuning/clustering settings:
+Each dataset has an auto-encoder architecture, fine-tuning/clustering settings and a
+pretraining schedule:
 
 * ``mesc``: MESC-Net ("Our": decoupled framework, entropy regulariser). The authors released
-  settings for COIL40 only (reference-facts §1.4); the others were found by the sweeps described
-  in the README and are commented where they are set.
+  settings for COIL40 only (reference-facts §1.4); the others were found by the sweeps of
+  experiments/results/README.md, summed up where they are set.
 * ``dsc``: DSC-Net (coupled framework, Frobenius regulariser), from the released DSC-Net
   scripts (reference-facts §1.5) where they exist.
+* ``coupled``: "Our w/o Net" (MESC's loss on the coupled graph), where it was swept on its own.
+* ``pretrain``: the schedule of ``experiments/pretrain.py`` (:class:`Pretrain`).
 
 Loss constants follow the released code, not the paper's equation: the paper's λ is the code's
 ``reg`` divided by 4 (reference-facts §2.4); use :func:`paper_lambdas` to convert.
 
-The method presets of the paper's tables are derived from these two in :func:`method_settings`.
+The method presets of the paper's tables are derived from these in :func:`method_settings`.
 """
 
 from __future__ import annotations
@@ -250,36 +253,30 @@ _PRE_DIGITS = Pretrain(lr=1e-3, max_steps=10000, patience=300, min_delta=1e-5)
 # a full patience run is hours per dataset on a CPU (1-3 s per full-batch step).
 _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 
+# Where each setting comes from: the comment above it, in short; every sweep behind it, with
+# its command and figures, is in experiments/results/README.md under the dataset's name, and
+# every pretraining schedule in pretrained/README.md. "Best" means the best median ACC over the
+# seeds named (ties broken by NMI): chosen on the labels it is scored on, as in the paper.
 DATASETS: dict[str, DatasetConfig] = {
     "orl": DatasetConfig(
         name="orl", n_samples=400, n_clusters=40,
         arch=Architecture(image_shape=(32, 32), kernels=(3, 3, 3), channels=(3, 3, 5)),
         pixels="ORL_32x32.mat fea, raw 0..255, row-major 32x32 (faces transposed, as the DSC AE expects)",
-        # experiments/results/README.md, sweeps/orl.part*.jsonl: C is symmetrised
-        # before the SVD as in DSC-Net's ORL script (variant "dsc"; MESC's released COIL40
-        # diagonal-to-1 gave at best 79.00 %). Sessions 3-15 swept from session 9's orl.h5: at
-        # best 82.75 % (reg1 10, reg2 0.02). Session 16 swept from the authors' ORL
-        # auto-encoder, which the table uses (Makefile AUTHORS_AE): best median ACC over seeds
-        # 0-2, ties broken by NMI, 88.25 / 93.28 here; reg1 0.1-1 and reg2 1-4 within 0.5
-        # points; ρ 0.12 and 0.2 reach 87.50, ρ 0.1 81.50. Session 26 went to smaller d and
-        # powers (d 2-4, power 1-2, reg2 1-8, 1500-3500 steps): 89.25 / 93.87 (seeds 0-2), a
-        # plateau of 88.75-89.25 at d 3-4, power 1.25-2, reg2 4-8, 2500-3000 steps. From our
-        # orl.h5 these give 82.25 (its best in that region: 87.00 at ρ 0.13-0.17, reg2 6).
+        # Swept from the authors' auto-encoder, which the table fine-tunes (Makefile AUTHORS_AE):
+        # best of seeds 0-2, 89.25 / 93.87, on a plateau of 88.75-89.25 (d 3-4, power 1.25-2,
+        # reg2 4-8, 2500-3000 steps). C is symmetrised before the SVD as in DSC-Net's ORL script
+        # (variant "dsc"). From our orl.h5 these settings give 82.25 (pretrained/README.md, ORL).
         mesc=_MESC_RELEASED.replace(reg1=0.5, reg2=4.0, lr=1e-3, epochs=2500,
                                     thr=0.17, subspace_dim=3, power=1.5, variant="dsc"),
         dsc=_DSC.replace(reg2=0.2, epochs=700, coef_init=0.0, recon_scale=0.5,
                          thr=0.2, subspace_dim=3, power=1.0, variant="dsc"),
-        # Coupled graph from the authors' auto-encoder. Session 17 (d 7, power 2): of reg1
-        # 0.5/2, reg2 0.2/2/20 and 500/1000/2000 steps, 1000 steps is best (84.75 / 92.45,
-        # seeds 0-2). Session 26 (reg1 0.1-2, reg2 1-20, 250-1500 steps, d 2-9, power 1-3):
-        # 89.25 / 93.88 (seeds 0-2); 88.50-88.75 at d 2-3, reg2 3-6, 850-1000 steps.
+        # Coupled graph, swept from the authors' auto-encoder: best of seeds 0-2, 89.25 / 93.88;
+        # 88.50-88.75 at d 2-3, reg2 3-6, 850-1000 steps.
         coupled=_MESC_RELEASED.replace(reg1=0.5, reg2=3.0, lr=1e-3, epochs=850,
                                        thr=0.15, subspace_dim=3, power=1.25, variant="dsc"),
         # The DSLSP pretraining scripts' regime (glorot_uniform, constant lr 1e-3, full batch),
-        # stopped at the authors' checkpoint's error (0.1304). Session 24: five seeds give MESC-Net
-        # 80.75-85.75 % (median 84.00) and DSC-Net-L2 81.50-86.75 % (median 85.00), where sessions
-        # 9-23's schedule (he_normal, lr 1e-4, the rate in that checkpoint's graph) gave 80.50-83.00
-        # (four seeds) and 82.25 (pretrained/README.md, "ORL: the DSLSP regime").
+        # stopped at the authors' checkpoint's error, 0.1304 (pretrained/README.md, "ORL: the
+        # DSLSP regime").
         pretrain=_PRE_FACES.replace(lr=1e-3, max_steps=60000, patience=1000, min_delta=1e-5,
                                     target=0.1304, initializer="glorot_uniform"),
     ),
@@ -287,21 +284,15 @@ DATASETS: dict[str, DatasetConfig] = {
         name="coil20", n_samples=1440, n_clusters=20,
         arch=Architecture(kernels=(3,), channels=(15,), **_ARCH_32_1),
         pixels="COIL20.mat fea, [0,1] as stored, row-major 32x32",
-        # experiments/results/README.md, sweeps/coil20.jsonl, with
-        # pretrained/coil20.h5: session 4 chose reg2 1, lr 1e-3, 60 steps (ρ 0.1, d 12, power
-        # 8: 92.64 / 97.29). Session 15 swept the post-clustering (d had stayed at 12): of 55-65
-        # steps, ρ 0.05-0.07, d 14-18, power 10-14, 11 of 81 settings beat the paper in median
-        # ACC and NMI over seeds 0-4; the 60-step row has the most (5), its best is d 14, power
-        # 12 (98.54 / 98.34; power 10 and 14 and d 16 stay above 97.9, ρ 0.05 falls to 77.4).
-        # Released (COIL40): thr 0.03, reg2 0.1, lr 1e-4, 127 steps.
+        # Swept from our coil20.h5: reg2 1, lr 1e-3, 60 steps, then the post-clustering: best
+        # of seeds 0-4, 98.54 / 98.34 (power 10 or 14, or d 16: above 97.9; ρ 0.05: 77.4).
         mesc=_MESC_RELEASED.replace(reg2=1.0, lr=1e-3, epochs=60, thr=0.06, subspace_dim=14,
                                     power=12.0),
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc_diag"),
-        # Session 17, coupled graph: reg2 1/10/75, 30-240 steps, ρ 0.04-0.1, d 12/14, power
-        # 8/12. The response to the step count is jagged (reg2 10: 80 steps 92.01, 100 97.50,
-        # 110 92.01, 120 96.18) and the graph collapses past ~130 steps (240: 29.51); 100 is
-        # the peak of seeds 0-2, as every setting here a choice made on the labels.
+        # Coupled graph: best of seeds 0-2 over reg2 1/10/75 and 30-240 steps. The response to
+        # the step count is jagged (reg2 10: 80 steps 92.01, 100 97.50, 110 92.01) and the graph
+        # collapses past ~130 steps.
         coupled=_MESC_RELEASED.replace(reg2=10.0, lr=1e-3, epochs=100, thr=0.06,
                                        subspace_dim=14, power=8.0),
         pretrain=_PRE_COIL,
@@ -333,36 +324,20 @@ DATASETS: dict[str, DatasetConfig] = {
         name="eyaleb", n_samples=2432, n_clusters=38,
         arch=Architecture(image_shape=(48, 42), **_ARCH_DEEP),
         pixels="YaleBCrop025.mat Y, raw 0..255, column-major 48x42 (upright faces)",
-        # experiments/results/README.md, sweeps/eyaleb.jsonl, with the authors'
-        # EYaleB auto-encoder: DSC-Net's EYaleB reg2 and lr; of 300-1000 steps, ρ 0.05-0.2, d
-        # 10/12, power 3.5/5 and reg1 1/3/10 (reg1 hardly matters), the best ACC on seed 0.
-        # The COIL40 template (lr 1e-4, 127 steps, reg2 0.1) gave 67.85 % median; lr 3e-4 and
-        # 5e-4 (up to 3500 steps) a lower ACC and a higher NMI (at best 94.90 / 96.23).
-        # Then C symmetrised as DSC-Net's EYaleB script does (variant "dsc"): of 600-2000 steps
-        # the best median over seeds 0-2 (1700: 96.92 / 96.05; 2000 falls to 94.86). Session
-        # 14 swept the post-clustering at 1600-1800 steps (d 12-20, power 2-4.5, ρ 0.09-0.11):
-        # best median ACC over seeds 0-4, ties broken by NMI: 1800 steps, d 15, power 2.5
-        # (97.33 / 96.65; seven more settings at d 15-17, power 2-3, 1700-1800 steps reach
-        # 97.33 with a lower NMI; ρ 0.09 or 0.11 score less; 1900-2000 steps at most 97.37).
-        # Session 15 varied the fine-tuning with that post-clustering: reg2 4 instead of
-        # DSC-Net's 6.31 gives 97.41-97.49 at 1500, 1800 and 2100 steps (d 15, power 2.5); the
-        # best, 1500 steps, 97.49 / 96.79. reg2 10 gave at most 97.12, reg1 10 97.37, and ρ
-        # 0.06-0.08 or 0.12-0.15 (at 1800 steps, reg2 6.31) at most 94.6. From our
-        # pretrained/eyaleb.h5 these settings give 97.78 / 96.97: the table uses it since
-        # session 32.
+        # Swept from the authors' auto-encoder: DSC-Net's EYaleB lr, C symmetrised as its
+        # EYaleB script does (variant "dsc"), then steps, post-clustering and reg2: best of
+        # seeds 0-4, 97.49 / 96.79 (the COIL40 template gave 67.85). From our eyaleb.h5, which
+        # the table uses, these settings give 97.78 / 96.97.
         mesc=_MESC_RELEASED.replace(reg2=4.0, lr=1e-3, epochs=1500,
                                     thr=0.1, subspace_dim=15, power=2.5, variant="dsc"),
         # K = 38: reg2 = 10^(38/10 - 3), 50 + 25·38 steps, ρ = 0.1 (Python-2 division).
         dsc=_DSC.replace(reg2=10 ** (38 / 10 - 3), epochs=1000, coef_init=1e-4, recon_scale=0.5,
                          thr=0.1, subspace_dim=10, power=3.5, variant="dsc"),
         # The DSC-Net EYaleB checkpoint's regime (reference-facts §1.3): batches of 2016, Xavier
-        # start, constant lr 1e-3: from the full-batch he_normal file made before, MESC-Net
-        # clustered 3 points worse even rescaled (one scale, 10) and the coupled graphs collapsed
-        # (pretrained/README.md, EYaleB). The target is a batch's error; when one reached it the
-        # whole set's was 0.0463, under 1.2× the original's 0.039. Each hidden layer is then
-        # rescaled to the original checkpoint's mean |activation| on EYaleB: the DSC-Net
-        # baselines cluster 97.3 % from there, 95.1 % at the scales training reached
-        # (pretrained/README.md, "the original's layer scales").
+        # start, constant lr 1e-3. The target is a batch's error; when one reached it the whole
+        # set's was 0.0463, under 1.2× the original's 0.039. Each hidden layer is then rescaled
+        # to the original checkpoint's mean |activation| on EYaleB, without which the DSC-Net
+        # baselines cluster 95.1 % instead of 97.3 % (pretrained/README.md, EYaleB).
         pretrain=_PRE_FACES.replace(batch_size=2016, initializer="glorot_uniform", patience=5000,
                                     max_steps=60000, min_delta=1e-5, target=0.0458,
                                     activation_scale=(24.4, 37.5, 108.3, 86.6, 48.8)),
@@ -371,17 +346,14 @@ DATASETS: dict[str, DatasetConfig] = {
         name="usps", n_samples=9298, n_clusters=10,
         arch=Architecture(image_shape=(16, 16), **_ARCH_DEEP),
         pixels="USPS.mat fea in [-1,1] mapped to [0,1], row-major 16x16",
-        # experiments/results/README.md, sweeps/usps.jsonl, at the released lr
-        # 1e-4 and reg2 0.1: session 7's step-count and post-clustering sweeps chose 100 steps,
-        # ρ 0.02 and d 24 (86.69 / 86.08 over seeds 0-4; ρ 0.04 gives 81.20, 127 steps 72.74);
-        # session 13 swept d and power there: d 32 at power 8, 87.35 / 87.03 for seeds 0-4
-        # (d 28 / 36: 87.28 / 86.54, 87.27 / 87.14).
+        # Swept from our usps.h5 at the released lr 1e-4 and reg2 0.1: steps and
+        # post-clustering, best of seeds 0-4, 87.35 / 87.03 (at d 24, ρ 0.04 gave 81.20 and
+        # 127 steps 72.74).
         mesc=_MESC_RELEASED.replace(epochs=100, thr=0.02, subspace_dim=32),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
-        # Session 17, coupled graph: of reg2 0.1/1/10 and 50/100/200 steps, reg2 1 at 50 steps
-        # is best (95.99 / 90.35, seeds 0-2; the smallest step count tried). MESC-Net's
-        # settings there (reg2 0.1, 100 steps) gave 70.91; the graph collapses by 200 steps.
+        # Coupled graph: best of seeds 0-2 over reg2 0.1/1/10 and 50/100/200 steps, 95.99 /
+        # 90.35 (the smallest step count tried); the graph collapses by 200 steps.
         coupled=_MESC_RELEASED.replace(reg2=1.0, epochs=50, thr=0.02, subspace_dim=32),
         pretrain=_PRE_DIGITS.replace(target=0.22),
     ),
@@ -389,19 +361,14 @@ DATASETS: dict[str, DatasetConfig] = {
         name="mnist", n_samples=10000, n_clusters=10,
         arch=Architecture(image_shape=(28, 28), **_ARCH_DEEP),
         pixels="MNIST t10k idx files, raw 0..255, row-major 28x28",
-        # Released training settings (lr 1e-4, 127 steps; reg2 and lr sweeps: README). Post-
-        # clustering from experiments/results/sweeps/mnist.jsonl, seed 0: ACC rose with d at power
-        # 8 (77.30 to 78.76 for d 12 to 24; plausibly a class of ~1000 handwritten digits spans
-        # more dimensions than COIL40's d 12 assumes). Session 13, 127 steps: up to power 12 at
-        # most 80.4; power 16 with d 28 or 32 gives 92.8-93.5 (but d 28 at ρ 0.04: 79.3; d 24:
-        # 79-80). d 32, ρ 0.03 (93.53): both ρ neighbours and d 28 are in that range; the best,
-        # d 28, ρ 0.03 (93.54), has its ρ 0.04 neighbour at 79.3.
+        # The released training settings; post-clustering swept from our mnist.h5, seed 0:
+        # power 16 with d 28-32 gives 92.8-93.5, up to power 12 at most 80.4. d 32, ρ 0.03 (93.53)
+        # has both ρ neighbours in that range; d 28, ρ 0.03 (93.54) has ρ 0.04 at 79.3.
         mesc=_MESC_RELEASED.replace(thr=0.03, subspace_dim=32, power=16.0),
         dsc=_DSC.replace(reg2=30.0, epochs=120, coef_init=1e-4, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc"),
-        # Session 17, coupled graph: of reg2 0.1/1/10 and 30/50/100 steps, reg2 10 at 100 steps
-        # is best (94.02 / 87.47, seeds 0-2; reg2 1 at 30 steps 93.94 / 87.67; both at an edge
-        # of the grid). MESC-Net's settings there gave 53.76 in the table.
+        # Coupled graph: best of seeds 0-2 over reg2 0.1/1/10 and 30/50/100 steps, 94.02 / 87.47
+        # (at an edge of the grid). MESC-Net's settings there gave 53.76.
         coupled=_MESC_RELEASED.replace(reg2=10.0, epochs=100, thr=0.03, subspace_dim=32,
                                        power=16.0),
         pretrain=_PRE_DIGITS.replace(target=0.145),
@@ -410,8 +377,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="toy", n_samples=216, n_clusters=3,
         arch=Architecture(kernels=(3,), channels=(15,), **_ARCH_32_1),
         pixels="COIL20 objects 1, 2 and 3 (72 views each), as COIL20",
-        # experiments/results/sweeps/toy.jsonl: ACC 1.0 for seeds 0-2, as for its neighbours
-        # reg2 = 0.1 and 10 (pretrained/toy.h5).
+        # ACC 1.0 for seeds 0-2 from our toy.h5, as for reg2 = 0.1 and 10.
         mesc=_MESC_RELEASED.replace(reg2=1.0, lr=1e-3, epochs=100, thr=0.2),
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc_diag"),
