@@ -10,7 +10,7 @@ Per dataset it measures, in that one process:
   → ``keras.Model.fit``, one epoch = one full-batch Adam step), the median of ``--repeats``
   steps after ``--warmup``, with ``jit_compile`` off and on (``--jit``);
 * ``original_step_ms``: the same for the released MESC graph (TF1 ops in a ``tf.compat.v1``
-  session, adapted from tests/tf1_graph.py), fetching loss and C with every update as the
+  session, ``mesc_tf.released_graph``), fetching the loss and C with every update as the
   released script does (reference-facts §2.6), same weights and settings;
 * ``floor_ms``: the three n×n by n×p products a step cannot avoid (C·Z forward, dC = G·Zᵀ and
   dZ = Cᵀ·G) in one ``tf.function``;
@@ -169,51 +169,6 @@ def autoencoder_ms(ae, x, warmup, repeats):
     return _timed_ms(forward_backward, warmup, repeats)
 
 
-def original_steps(x, ae, settings, steps):
-    """Per-step wall times of the released graph: TF1-style ops in a compat.v1 session (as
-    tests/tf1_graph.py builds it), the whole dataset fed and loss and C fetched with every
-    update, as the released script runs (reference-facts §2.6)."""
-    import numpy as np
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-    n, h, w, _ = x.shape
-    weights = {layer.name: (layer.kernel.numpy(), layer.bias.numpy()) for layer in ae.named_layers}
-    n_layers = len(ae.encoder_layers)
-    graph = tf.Graph()
-    with graph.as_default():
-        xin = v1.placeholder(tf.float32, [n, h, w, 1])
-        act, shapes = xin, []
-        for i in range(n_layers):
-            k, b = weights[f"enc_{i}"]
-            shapes.append(act.shape.as_list())
-            act = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(act, tf.Variable(k), [1, 2, 2, 1], "SAME"),
-                                            tf.Variable(b)))
-        z_hat = act
-        z = tf.reshape(z_hat, [n, -1])
-        coef = tf.Variable(settings.coef_init * np.ones((n, n), np.float32), name="Coef")
-        cz = tf.matmul(coef, z)
-        act = tf.reshape(cz, z_hat.shape) if settings.framework == "coupled" else z_hat
-        for j in range(n_layers):
-            k, b = weights[f"dec_{j}"]
-            act = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d_transpose(
-                act, tf.Variable(k), shapes[n_layers - 1 - j], [1, 2, 2, 1], "SAME"),
-                tf.Variable(b)))
-        recon = settings.recon_scale * tf.reduce_sum(tf.pow(act - xin, 2.0))
-        reg = 0.5 * tf.reduce_sum(coef * tf.math.log(tf.clip_by_value(coef, 1e-12, 1.0)))
-        selfexp = 0.5 * tf.reduce_sum(tf.pow(z - cz, 2.0))
-        loss = recon + settings.reg1 * reg + settings.reg2 * selfexp
-        train = v1.train.AdamOptimizer(settings.lr).minimize(loss)
-        times = []
-        with v1.Session(graph=graph) as sess:
-            sess.run(v1.global_variables_initializer())
-            for _ in range(steps):
-                t = time.perf_counter()
-                sess.run([loss, coef, train], {xin: x})
-                times.append(time.perf_counter() - t)
-    return times
-
-
 def floor_ms(n, p, warmup, repeats):
     """The three n×n by n×p products of a step (C·Z, G·Zᵀ, Cᵀ·G), in one tf.function."""
     import tensorflow as tf
@@ -300,7 +255,11 @@ def one_dataset(name, args):
     del C
     gc.collect()
     if args.original:
-        times = original_steps(x, ae, cfg.mesc, warmup + repeats)
+        from mesc_tf import released_graph
+
+        weights = {layer.name: (layer.kernel.numpy(), layer.bias.numpy())
+                   for layer in ae.named_layers}
+        times = released_graph.finetune(x, weights, cfg.mesc, warmup + repeats)[2]
         res["original_step_ms"] = _median_ms(times[warmup:])
         res["original_steps_ms_all"] = [round(1000 * t, 1) for t in times]
     res["peak_rss_gib_all"] = round(_peak_rss_gib(), 3)

@@ -44,10 +44,11 @@ def seed_arg(text) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_settings_args(p):
-    """Options that override a dataset's settings (config.Settings); None keeps the config."""
-    p = p.add_argument_group("fine-tuning and clustering settings (default: the dataset's, "
-                             "mesc_tf/config.py)")
+def add_settings_args(p, post=True):
+    """Options that override a dataset's settings (config.Settings); None keeps the config.
+    ``post=False``: the fine-tuning settings only (a script that does not cluster)."""
+    p = p.add_argument_group(f"fine-tuning{' and clustering' if post else ''} settings "
+                             "(default: the dataset's, mesc_tf/config.py)")
     p.add_argument("--framework", choices=FRAMEWORKS, help="decoupled (MESC) or coupled (DSC-Net)")
     p.add_argument("--regularizer", choices=REGULARIZERS, help="regulariser on C")
     p.add_argument("--reg1", type=float, help="weight of the regulariser (code constant)")
@@ -55,6 +56,9 @@ def add_settings_args(p):
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--epochs", type=int, help="full-batch fine-tuning steps")
     p.add_argument("--coef-init", type=float, help="initial value of every entry of C")
+    if not post:
+        p.set_defaults(thr=None, subspace_dim=None, power=None, variant=None)
+        return
     p.add_argument("--thr", type=float, help="thrC ratio ρ")
     p.add_argument("--subspace-dim", type=int, help="post_proC d (SVD rank d·K+1)")
     p.add_argument("--power", type=float, help="post_proC exponent")

@@ -209,6 +209,8 @@ def test_confusion_counts():
     ("convergence", ["--set", "subspace_dim=inf"], "needs a whole number"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
+    ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples must be 2 or more"),
+    ("faithfulness", ["--dataset", "orl", "--thr", "0.1"], "unrecognized arguments: --thr"),
 ])
 def test_bad_options_one_line(script, args, message):
     r = subprocess.run([sys.executable, str(REPO / "experiments" / f"{script}.py"), *args],

@@ -1,0 +1,157 @@
+"""Check the port against the released graph: same weights and settings, same C.
+
+    python experiments/faithfulness.py --dataset orl --reg1 1 --reg2 0.2 --lr 1e-3 --epochs 100
+    python experiments/faithfulness.py --dataset mnist --method our_wo_net --samples 500 --epochs 20
+
+Fine-tunes twice from the same auto-encoder (the authors' TF1 checkpoint of the dataset unless
+--tf1-checkpoint) with the same settings: by the port, through the path experiments/run.py
+takes (pipeline.fine_tune, Keras fit), and by the released graph rebuilt with TF1 ops in a
+tf.compat.v1 session (mesc_tf/released_graph.py). Prints how far apart the two C's are, and
+their per-step loss terms. With --against FILE.npy it also compares both C's with a C saved by
+the authors' own graph (../shared/reference/ holds one for the first command above).
+"""
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+
+from mesc_tf import cli  # noqa: E402
+from mesc_tf.config import METHODS  # noqa: E402
+
+NAMES = {"our": "MESC-Net", "our_wo_net": "MESC-Net w/o Net", "dsc_l1": "DSC-Net-L1",
+         "dsc_l2": "DSC-Net-L2"}
+
+
+def parse_args(argv=None):
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_dataset_arg(p)
+    p.add_argument("--method", choices=METHODS, default="our",
+                   help="the settings preset of a table row (default: our, MESC-Net)")
+    cli.add_settings_args(p, post=False)
+    p.add_argument("--tf1-checkpoint", default="original", metavar="PREFIX",
+                   help="TF1 checkpoint prefix (default: the authors' one of the dataset)")
+    p.add_argument("--samples", type=int, metavar="N",
+                   help="use N images spread over the dataset (every len/N-th) instead of all")
+    p.add_argument("--against", metavar="FILE.npy",
+                   help="also compare both C's with this C (n×n, e.g. from the authors' graph)")
+    p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
+    args = p.parse_args(argv)
+    if args.samples is not None and args.samples < 2:
+        p.error(f"--samples must be 2 or more, got {args.samples}")
+    from mesc_tf.weights import tf1_prefix
+
+    args.tf1_checkpoint = tf1_prefix(args.dataset, args.tf1_checkpoint)
+    return args
+
+
+def relative(a, b) -> float:
+    """‖a − b‖ / ‖b‖ (Frobenius)."""
+    import numpy as np
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def largest_step_difference(port, graph) -> float:
+    """max over steps of |port − graph| / |graph| for one loss term (0 where both are 0, as
+    Σ C² is at a C started at 0)."""
+    import numpy as np
+
+    port, graph = np.asarray(port, np.float64), np.asarray(graph, np.float64)
+    diff = np.abs(port - graph)
+    scale = np.abs(graph)
+    ratio = np.divide(diff, scale, out=np.where(diff > 0, np.inf, 0.0), where=scale > 0)
+    return float(ratio.max()) if len(ratio) else 0.0
+
+
+def load_against(path, n):
+    import numpy as np
+
+    from mesc_tf.errors import MescError
+
+    try:
+        c = np.load(path)
+    except (OSError, ValueError) as e:
+        raise MescError(f"cannot read --against {path} ({' '.join(str(e).split())}); give a "
+                        ".npy file holding an n×n C") from None
+    if c.shape != (n, n):
+        raise MescError(f"--against {path} holds an array of shape {c.shape}, not the "
+                        f"{n}×{n} C of the {n} images used; check --dataset and --samples")
+    return c
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import gc
+
+    import numpy as np
+
+    from mesc_tf import data, pipeline, released_graph
+    from mesc_tf.config import get_config, method_settings
+    from mesc_tf.errors import MescError
+
+    cfg = get_config(args.dataset)
+    settings = cli.settings_from_args(method_settings(args.dataset, args.method), args)
+    released_graph.check(settings)
+    x = data.load_dataset(args.dataset, args.data_dir).x
+    if args.samples is not None:
+        if args.samples > len(x):
+            raise MescError(f"--samples {args.samples} is more than the {len(x)} images of "
+                            f"{args.dataset}; give at most {len(x)}")
+        x = x[:: len(x) // args.samples][: args.samples]
+    against = load_against(args.against, len(x)) if args.against else None
+    if args.json:
+        cli.prepare_out_file(args.json, force=args.force, what="--json file")
+
+    from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
+    from mesc_tf.weights import load_tf1_checkpoint, read_tf1_checkpoint
+
+    configure_runtime(0)
+    autoencoder = load_tf1_checkpoint(args.tf1_checkpoint, cfg.arch)  # checks the architecture
+    weights = read_tf1_checkpoint(args.tf1_checkpoint, cfg.arch.image_shape)[1]
+    print(f"{args.dataset}: {len(x)} images, {NAMES[args.method]} "
+          f"({settings.framework}, {settings.regularizer}), {settings.epochs} steps from "
+          f"{args.tf1_checkpoint}")
+    print("settings:", {k: v for k, v in settings.to_dict().items()
+                        if k not in ("thr", "subspace_dim", "power", "variant")})
+    start = time.perf_counter()
+    model, port_history, _ = pipeline.fine_tune(x, settings, autoencoder, verbose=0)
+    port_c, port_s = model.coef.numpy(), time.perf_counter() - start
+    del model, autoencoder
+    gc.collect()
+    start = time.perf_counter()
+    graph_c, graph_history, _ = released_graph.finetune(x, weights, settings)
+    graph_s = time.perf_counter() - start
+
+    c0 = np.float32(settings.coef_init)
+    figures = {
+        "c": relative(port_c, graph_c),
+        "c_change": relative(port_c - c0, graph_c - c0),
+        "steps": {k: largest_step_difference(port_history[k], graph_history[k])
+                  for k in released_graph.TERMS},
+        "seconds": {"port": port_s, "released_graph": graph_s},
+    }
+    print(f"C, port vs released graph: relative difference {figures['c']:.2e} "
+          f"(its change from the start: {figures['c_change']:.2e})")
+    print("per-step loss terms, largest relative difference: "
+          + ", ".join(f"{k} {v:.2e}" for k, v in figures["steps"].items()))
+    if against is not None:
+        figures["against"] = {"file": str(args.against), "port": relative(port_c, against),
+                              "released_graph": relative(graph_c, against)}
+        print(f"C against {args.against}: port {figures['against']['port']:.2e}, released "
+              f"graph {figures['against']['released_graph']:.2e}")
+    print(f"seconds: port {port_s:.1f}, released graph {graph_s:.1f}")
+    if args.json:
+        cli.write_json(args.json, {
+            "dataset": args.dataset, "n_samples": len(x), "method": args.method,
+            "settings": settings.to_dict(), "tf1_checkpoint": str(args.tf1_checkpoint),
+            **figures, "command": " ".join(sys.argv), "versions": cli.versions()})
+        print(f"figures: {args.json}")
+    return figures
+
+
+if __name__ == "__main__":
+    cli.main_guard(main, interrupted=lambda: "interrupted; nothing was written")
