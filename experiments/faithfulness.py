@@ -8,14 +8,19 @@ Fine-tunes twice from the same auto-encoder (the authors' TF1 checkpoint of the 
 takes (pipeline.fine_tune, Keras fit), and by the released graph rebuilt with TF1 ops in a
 tf.compat.v1 session (mesc_tf/released_graph.py). Prints how far apart the two C's are, and
 their per-step loss terms. With --against FILE.npy it also compares both C's with a C saved by
-the authors' own graph (../shared/reference/ holds one for the first command above).
+the authors' own graph (../shared/reference/ holds one for the first command above). With
+--noise-floor it runs the released graph once more on the images in another order: the same
+problem in exact arithmetic, so the distance between its two C's is what float32 rounding
+alone does to C over these steps (Adam amplifies rounding where a gradient is near 0), the
+yardstick for the port's distance.
 """
 
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout too
 
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import METHODS  # noqa: E402
@@ -36,6 +41,8 @@ def parse_args(argv=None):
                    help="use N images spread over the dataset (every len/N-th) instead of all")
     p.add_argument("--against", metavar="FILE.npy",
                    help="also compare both C's with this C (n×n, e.g. from the authors' graph)")
+    p.add_argument("--noise-floor", action="store_true", help="also run the released graph "
+                   "on the images in another order, to measure what rounding alone does to C")
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
@@ -67,6 +74,20 @@ def largest_step_difference(port, graph) -> float:
     return float(ratio.max()) if len(ratio) else 0.0
 
 
+def reordered_run(x, weights, settings, seed=0):
+    """The released graph on the images in a random order, its C put back in the original
+    order: the same C as in the original order but for rounding (sums run in another order)."""
+    import numpy as np
+
+    from mesc_tf import released_graph
+
+    order = np.random.default_rng(seed).permutation(len(x))
+    c, history, _ = released_graph.finetune(x[order], weights, settings)
+    back = np.empty_like(c)
+    back[np.ix_(order, order)] = c
+    return back, history
+
+
 def load_against(path, n):
     import numpy as np
 
@@ -92,6 +113,7 @@ def main(argv=None):
     from mesc_tf import data, pipeline, released_graph
     from mesc_tf.config import get_config, method_settings
     from mesc_tf.errors import MescError
+    from mesc_tf.sweep import TRAIN_FIELDS
 
     cfg = get_config(args.dataset)
     settings = cli.settings_from_args(method_settings(args.dataset, args.method), args)
@@ -112,11 +134,12 @@ def main(argv=None):
     configure_runtime(0)
     autoencoder = load_tf1_checkpoint(args.tf1_checkpoint, cfg.arch)  # checks the architecture
     weights = read_tf1_checkpoint(args.tf1_checkpoint, cfg.arch.image_shape)[1]
+    checkpoint = cli.display_path(args.tf1_checkpoint, REPO)
     print(f"{args.dataset}: {len(x)} images, {NAMES[args.method]} "
           f"({settings.framework}, {settings.regularizer}), {settings.epochs} steps from "
-          f"{args.tf1_checkpoint}")
-    print("settings:", {k: v for k, v in settings.to_dict().items()
-                        if k not in ("thr", "subspace_dim", "power", "variant")})
+          f"{checkpoint}")
+    training = {k: settings.to_dict()[k] for k in TRAIN_FIELDS}  # all that C depends on
+    print("settings:", training)
     start = time.perf_counter()
     model, port_history, _ = pipeline.fine_tune(x, settings, autoencoder, verbose=0)
     port_c, port_s = model.coef.numpy(), time.perf_counter() - start
@@ -138,6 +161,15 @@ def main(argv=None):
           f"(its change from the start: {figures['c_change']:.2e})")
     print("per-step loss terms, largest relative difference: "
           + ", ".join(f"{k} {v:.2e}" for k, v in figures["steps"].items()))
+    if args.noise_floor:
+        c2, history2 = reordered_run(x, weights, settings)
+        figures["noise_floor"] = {
+            "c": relative(c2, graph_c), "c_change": relative(c2 - c0, graph_c - c0),
+            "steps": {k: largest_step_difference(history2[k], graph_history[k])
+                      for k in released_graph.TERMS}}
+        print(f"C, released graph vs itself on the images in another order (rounding alone): "
+              f"{figures['noise_floor']['c']:.2e} (its change from the start: "
+              f"{figures['noise_floor']['c_change']:.2e})")
     if against is not None:
         figures["against"] = {"file": str(args.against), "port": relative(port_c, against),
                               "released_graph": relative(graph_c, against)}
@@ -147,7 +179,7 @@ def main(argv=None):
     if args.json:
         cli.write_json(args.json, {
             "dataset": args.dataset, "n_samples": len(x), "method": args.method,
-            "settings": settings.to_dict(), "tf1_checkpoint": str(args.tf1_checkpoint),
+            "settings": training, "tf1_checkpoint": checkpoint,
             **figures, "command": " ".join(sys.argv), "versions": cli.versions()})
         print(f"figures: {args.json}")
     return figures

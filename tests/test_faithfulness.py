@@ -109,15 +109,18 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
                                                          tmp_path, monkeypatch):
     """experiments/faithfulness.py with the reference's settings. The rebuilt graph gives the C
     the authors' graph saved (to float32 rounding, 2e-8 here), which makes it an oracle; the
-    port is within RTOL of both, and --json keeps the figures printed."""
+    port is within RTOL of both; the graph on the images in another order gives its C back in
+    the original order (--noise-floor); --json keeps the figures printed."""
     monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
     out = tmp_path / "faithfulness.json"
     figures = load_script("faithfulness").main([
         "--dataset", "orl", "--tf1-checkpoint", str(tf1_ckpts["orl"]), "--reg1", "1",
         "--reg2", "0.2", "--lr", "1e-3", "--epochs", "100",
-        "--against", str(shared_reference / "orl_decoupled_entropy_C100.npy"), "--json", str(out)])
+        "--against", str(shared_reference / "orl_decoupled_entropy_C100.npy"), "--noise-floor",
+        "--json", str(out)])
     assert figures["against"]["released_graph"] <= 1e-6
     assert max(figures["c"], figures["c_change"], figures["against"]["port"]) <= RTOL
+    assert 0 < figures["noise_floor"]["c"] <= RTOL  # a misplaced row or column would be O(1)
     assert set(figures["steps"]) == {"loss", "recon", "reg", "selfexp"}
     assert max(figures["steps"].values()) <= LOSS_RTOL
     saved = json.loads(out.read_text())
