@@ -12,7 +12,7 @@ endif
 export MESC_DATA_DIR
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test bench run table compare-ae figures $(BENCHMARKS) $(FIGURES) \
+.PHONY: install test bench run table compare-ae faithfulness figures $(BENCHMARKS) $(FIGURES) \
         $(addprefix pretrain-,$(PRETRAINABLE))
 
 install:
@@ -33,6 +33,13 @@ $(BENCHMARKS):
 	$(PYTHON) experiments/run.py --dataset $@ $(ARGS)
 run:
 	$(PYTHON) experiments/run.py --dataset $(DATASET) $(ARGS)
+
+# The port against the released graph on ORL, the authors' reference C's settings (README,
+# "Faithfulness"); other datasets: python experiments/faithfulness.py --dataset D.
+ORL_REFERENCE_C := $(wildcard ../shared/reference/orl_decoupled_entropy_C100.npy)
+faithfulness:
+	$(PYTHON) experiments/faithfulness.py --dataset orl --reg1 1 --reg2 0.2 --lr 1e-3 --epochs 100 \
+	    --noise-floor $(if $(ORL_REFERENCE_C),--against $(ORL_REFERENCE_C)) $(ARGS)
 
 # Pretrain one dataset's auto-encoder into pretrained/<dataset>.h5.
 $(addprefix pretrain-,$(PRETRAINABLE)):
