@@ -22,11 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout too
 
+from experiments import common  # noqa: E402
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import METHODS  # noqa: E402
-
-NAMES = {"our": "MESC-Net", "our_wo_net": "MESC-Net w/o Net", "dsc_l1": "DSC-Net-L1",
-         "dsc_l2": "DSC-Net-L2"}
 
 
 def parse_args(argv=None):
@@ -135,7 +133,7 @@ def main(argv=None):
     autoencoder = load_tf1_checkpoint(args.tf1_checkpoint, cfg.arch)  # checks the architecture
     weights = read_tf1_checkpoint(args.tf1_checkpoint, cfg.arch.image_shape)[1]
     checkpoint = cli.display_path(args.tf1_checkpoint, REPO)
-    print(f"{args.dataset}: {len(x)} images, {NAMES[args.method]} "
+    print(f"{args.dataset}: {len(x)} images, {common.METHODS[args.method]} "
           f"({settings.framework}, {settings.regularizer}), {settings.epochs} steps from "
           f"{checkpoint}")
     training = {k: settings.to_dict()[k] for k in TRAIN_FIELDS}  # all that C depends on
