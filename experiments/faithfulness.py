@@ -116,6 +116,9 @@ def main(argv=None):
     cfg = get_config(args.dataset)
     settings = cli.settings_from_args(method_settings(args.dataset, args.method), args)
     released_graph.check(settings)
+    if settings.epochs < 1:
+        raise MescError(f"--epochs {settings.epochs}: with no step there is nothing to compare; "
+                        "give 1 or more")
     x = data.load_dataset(args.dataset, args.data_dir).x
     if args.samples is not None:
         if args.samples > len(x):

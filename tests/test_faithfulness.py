@@ -131,6 +131,7 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
 @pytest.mark.parametrize("argv,message", [
     (["--samples", "401"], "more than the 400 images of orl"),
     (["--regularizer", "nuclear"], "no 'nuclear' regulariser"),
+    (["--epochs", "0"], "nothing to compare"),
     (["--against", "{tmp}/c.npy"], "not the 400×400 C"),
     (["--against", "{tmp}/missing.npy"], "cannot read --against"),
 ])
