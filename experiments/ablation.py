@@ -217,9 +217,7 @@ def main(argv=None):
         summary[name] = summarise(name, d, records)
     md = markdown(summary, args)
     png = figure(summary, args, results.dir / "ablation.png")
-    written = results.write_summary({"datasets": summary, "paper": PAPER}, md)
-    common.report([*written, png], results)
-    print(md)
+    results.finish({"datasets": summary, "paper": PAPER}, md, [png])
     return summary
 
 

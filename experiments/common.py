@@ -526,19 +526,20 @@ class Results:
         self.computed += 1
         return rec
 
-    def write_summary(self, summary: dict, markdown: str | None = None):
+    def finish(self, summary: dict, markdown: str, figures=()):
+        """Write the summary JSON and markdown, list every file written, print the markdown."""
         from mesc_tf.files import atomic_write_text
 
         cli.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,
             "command": " ".join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
             "versions": cli.versions()})
-        written = [self.summary_path]
-        if markdown is not None:
-            md = self.dir / f"{self.args.experiment}.md"
-            atomic_write_text(md, markdown)
-            written.append(md)
-        return written
+        md = self.dir / f"{self.args.experiment}.md"
+        atomic_write_text(md, markdown)
+        print(f"{self.computed} run(s) computed, {self.reused} reused from {self.runs}")
+        for path in [self.summary_path, md, *figures]:
+            print(f"wrote {_rel(path)}")
+        print(markdown)
 
 
 def _diff(old, new) -> str:
@@ -615,8 +616,3 @@ def annotated_heatmap(ax, M, *, xticks, yticks, text=None, cmap="viridis", vmin=
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return im
 
-
-def report(written, results: Results):
-    print(f"{results.computed} run(s) computed, {results.reused} reused from {results.runs}")
-    for p in written:
-        print(f"wrote {_rel(p)}")

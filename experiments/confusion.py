@@ -170,9 +170,7 @@ def main(argv=None):
         pngs.append(figure(name, out, results.dir / f"{name}_confusion.png"))
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": out}
     md = markdown(summary, args)
-    written = results.write_summary({"datasets": summary}, md)
-    common.report([*written, *pngs], results)
-    print(md)
+    results.finish({"datasets": summary}, md, pngs)
     return summary
 
 

@@ -149,9 +149,7 @@ def main(argv=None):
                                "set --data-dir or MESC_DATA_DIR")
     md = markdown(summary, skipped, args)
     png = figure(summary, results.dir / "convergence.png")
-    written = results.write_summary({"datasets": summary, "skipped": skipped}, md)
-    common.report([*written, png], results)
-    print(md)
+    results.finish({"datasets": summary, "skipped": skipped}, md, [png])
     return summary
 
 

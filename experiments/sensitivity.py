@@ -179,10 +179,8 @@ def main(argv=None):
                          "config_lambdas": paper_lambdas(cfg.reg1, cfg.reg2)}
     md = markdown(summary, args)
     png = figure(summary, args, results.dir / "sensitivity.png")
-    written = results.write_summary({"conversion": "code reg1 = 4·λ1, reg2 = 4·λ2 (paper λ)",
-                                     "datasets": summary}, md)
-    common.report([*written, png], results)
-    print(md)
+    results.finish({"conversion": "code reg1 = 4·λ1, reg2 = 4·λ2 (paper λ)",
+                    "datasets": summary}, md, [png])
     return summary
 
 

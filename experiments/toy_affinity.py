@@ -206,9 +206,7 @@ def main(argv=None):
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": {
             m: {k: v for k, v in r.items() if k != "A"} for m, r in out.items()}}
     md = markdown(summary, args)
-    written = results.write_summary({"datasets": summary}, md)
-    common.report([*written, *pngs], results)
-    print(md)
+    results.finish({"datasets": summary}, md, pngs)
     return summary
 
 

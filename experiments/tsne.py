@@ -185,9 +185,7 @@ def main(argv=None):
         summary[name] = {"n": d.n, "tsne_points": m, "panels": [
             {k: v for k, v in p.items() if k not in ("emb", "colors")} for p in panels]}
     md = markdown(summary, args)
-    written = results.write_summary({"datasets": summary}, md)
-    common.report([*written, *pngs], results)
-    print(md)
+    results.finish({"datasets": summary}, md, pngs)
     return summary
 
 

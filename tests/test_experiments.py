@@ -165,7 +165,7 @@ def test_tsne(data_env, tmp_path):
     check_outputs(out, "tsne", ["mnist_tsne.png"])
 
 
-def test_confusion(data_env, tmp_path):
+def test_confusion(data_env, tmp_path, capsys):
     from experiments import confusion
 
     assert confusion.parse_args([]).methods == ["dsc_l1", "dsc_l2", "dsc_nuclear", "our"]
@@ -184,6 +184,11 @@ def test_confusion(data_env, tmp_path):
         assert len(M) == 3 and sum(map(sum, M)) == 24
         assert sum(M[i][i] for i in range(3)) / 24 == pytest.approx(s["metrics"]["acc"])
     check_outputs(out, "confusion", ["coil20_confusion.png"])
+    printed = capsys.readouterr().out  # every file written is listed, then the markdown
+    assert "2 run(s) computed, 0 reused" in printed
+    for name in ("confusion.json", "confusion.md", "coil20_confusion.png"):
+        assert f"wrote {out / name}" in printed
+    assert printed.rstrip().endswith((out / "confusion.md").read_text().rstrip())
 
 
 def test_confusion_counts():
