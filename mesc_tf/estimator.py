@@ -95,7 +95,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         Lets ``X`` be 2-D (n, h·w), each row an image in row-major (C) order; also checks
         the size of 3-D input.
     random_state : int, RandomState or None, default=0
-        Seeds Python, NumPy and TensorFlow (initialisation) and the spectral clustering.
+        Seeds Python, NumPy and TensorFlow (initialisation, minibatch order) and the spectral
+        clustering. A RandomState, or None (NumPy's global one), gives a seed drawn from it.
         ``fit`` seeds them process-wide (``keras.utils.set_random_seed``) and turns on
         TensorFlow's op determinism, as the command-line runs do, so that a fit repeats
         bit for bit; reseed your own generators after it if you rely on them.
@@ -204,11 +205,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
     def _seed(self):
         rs = self.random_state
-        if rs is None:
-            return None
         if _is_int(rs):
             return check_seed(rs, "random_state")
-        if isinstance(rs, np.random.RandomState):
+        if rs is None or isinstance(rs, np.random.RandomState):  # None: NumPy's global one
             return int(check_random_state(rs).randint(2**31 - 1))
         raise MescError(f"random_state must be None, an int or a numpy RandomState, got {rs!r}")
 

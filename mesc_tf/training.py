@@ -6,6 +6,7 @@ callback below shows the loss terms, TensorBoard logs them, EarlyStopping can wa
 :class:`AtomicBackupAndRestore` makes runs resumable.
 """
 
+import functools
 import json
 import logging
 import os
@@ -89,6 +90,20 @@ def minibatches(x, batch_size, seed=0, start_step=0):
     return tf.data.Dataset.range(int(start_step), 2**62).map(batch)
 
 
+@functools.lru_cache(maxsize=8)
+def tf1_beta_powers(beta: float) -> np.ndarray:
+    """βᵗ for t = 1, 2, … (index t − 1) as TF1's AdamOptimizer had it: a float32 variable
+    multiplied by β after every step. ``pow(β, t)`` differs in the last bit from step 3 on
+    (β 0.999), which moves Adam's step size by up to 2e-5. The table ends at the first
+    βᵗ ≤ 2⁻²⁵: from there on 1 − βᵗ rounds to 1 in float32 whatever βᵗ is, so the last entry
+    serves every later step (17,320 entries for β 0.999)."""
+    b = np.float32(beta)
+    powers = [b]
+    while powers[-1] > 2.0**-25:
+        powers.append(powers[-1] * b)  # float32 times float32: one rounding, as in TF1
+    return np.array(powers, np.float32)
+
+
 class FusedAdam(keras.optimizers.Adam):
     """Keras Adam whose update is TF's fused ``ApplyAdam`` kernel, the one TF1's AdamOptimizer ran.
 
@@ -96,15 +111,18 @@ class FusedAdam(keras.optimizers.Adam):
     var −= lr·√(1−β2ᵗ)/(1−β1ᵗ)·m/(√v+ε)), but in one in-place pass instead of about ten
     elementwise ops that each allocate an n×n temporary: for MNIST's C (10000², 400 MB) that is
     ~4x faster and keeps no temporaries. It also takes 1−β1 and 1−β2 in float32 as TF1 did
-    (Keras rounds 1−β from float64), so C follows the released graph ~6x more closely.
+    (Keras rounds 1−β from float64), so C follows the released graph ~6x more closely, and
+    β1ᵗ and β2ᵗ as TF1 had them (:func:`tf1_beta_powers`).
     """
 
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        beta1_power, beta2_power = (
+            tf.cast(tf.gather(table, tf.minimum(self.iterations, len(table) - 1)), dtype)
+            for table in (tf1_beta_powers(self.beta_1), tf1_beta_powers(self.beta_2)))
         index = self._get_variable_index(variable)
 
         def handle(v):
@@ -112,8 +130,8 @@ class FusedAdam(keras.optimizers.Adam):
 
         tf.raw_ops.ResourceApplyAdam(
             var=handle(variable), m=handle(self._momentums[index]),
-            v=handle(self._velocities[index]), beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1,
+            v=handle(self._velocities[index]), beta1_power=beta1_power,
+            beta2_power=beta2_power, lr=tf.cast(learning_rate, dtype), beta1=beta_1,
             beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
             use_locking=False)
 
@@ -168,6 +186,30 @@ class StopAtTarget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+# What these callbacks carry from one epoch to the next; their on_train_begin resets it.
+_STATEFUL = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
+_STATE_FIELDS = ("wait", "stopped_epoch", "best", "best_epoch", "best_weights",
+                 "cooldown_counter")
+
+
+def _callback_state(cb) -> dict:
+    state = {}
+    for name in _STATE_FIELDS:
+        if hasattr(cb, name):
+            value = getattr(cb, name)
+            if name == "best_weights" and value is not None:
+                value = [np.asarray(w).tolist() for w in value]  # float32 round-trips exactly
+            state[name] = value.item() if isinstance(value, np.generic) else value
+    return state
+
+
+def _restore_callback_state(cb, state: dict, model_weights):
+    for name, value in state.items():
+        if name == "best_weights" and value is not None:
+            value = [np.asarray(w, dtype=m.dtype) for w, m in zip(value, model_weights)]
+        setattr(cb, name, value)
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """BackupAndRestore whose backup survives a kill at any moment.
 
@@ -176,12 +218,16 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     full state (model weights, C, Adam slots and step counter, all in ``save_weights``) goes to
     a new file through a temporary name and ``os.replace``; then a small JSON naming that file
     and the epoch is replaced the same way. Training has no randomness after initialisation,
-    so weights + optimizer state + epoch is the whole training state.
+    so weights + optimizer state + epoch, with the counters and best weights of the
+    ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau; in the JSON), is the whole
+    training state: a resumed run stops, halves its rate and keeps the weights the
+    uninterrupted run would.
     """
 
-    def __init__(self, backup_dir, every=1):
+    def __init__(self, backup_dir, every=1, stateful=()):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
         self.every = max(int(every), 1)
+        self.stateful = [cb for cb in stateful if isinstance(cb, _STATEFUL)]
         self._state_path = Path(backup_dir) / "state.json"
         # Training seconds of the steps in the backup, over every process that ran them.
         self._seconds_before, self._started = 0.0, time.perf_counter()
@@ -200,8 +246,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         _fsync(tmp)
         os.replace(tmp, backup_dir / name)
         seconds = self._seconds_before + time.perf_counter() - self._started
-        atomic_write_text(self._state_path, json.dumps({"epoch": self._current_epoch,
-                                                        "weights": name, "seconds": seconds}))
+        atomic_write_text(self._state_path, json.dumps({
+            "epoch": self._current_epoch, "weights": name, "seconds": seconds,
+            "callbacks": {type(cb).__name__: _callback_state(cb) for cb in self.stateful}}))
         # Only now is the previous state unreferenced. Also drop temporary files a kill
         # left behind (they are never read: state.json names only finished files).
         for old in [*backup_dir.glob("state-*.weights.h5"), *backup_dir.glob(".tmp-state-*"),
@@ -231,8 +278,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                             "start over") from None
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
+        saved = state.get("callbacks", {})  # none in backups before session 40
+        for cb in self.stateful:
+            if type(cb).__name__ in saved:
+                _restore_callback_state(cb, saved[type(cb).__name__], self.model.get_weights())
 
     def on_train_begin(self, logs=None):
+        # After the stateful callbacks' own on_train_begin, which resets them (fit_steps puts
+        # this callback last).
         self._load_model()
         self._started = time.perf_counter()
 
@@ -279,7 +332,8 @@ def fit_steps(model, x, epochs, lr, *, batch_size=None, seed=0, verbose=1, log_d
     if log_dir is not None:
         cbs.append(keras.callbacks.TensorBoard(log_dir=str(log_dir), write_graph=False))
     if backup_dir is not None:
-        cbs.append(AtomicBackupAndRestore(backup_dir, every=checkpoint_every or epochs))
+        cbs.append(AtomicBackupAndRestore(backup_dir, every=checkpoint_every or epochs,
+                                          stateful=callbacks))
     start = time.perf_counter()
     history = model.fit(data, epochs=epochs, steps_per_epoch=1, verbose=0, shuffle=False,
                         callbacks=cbs)

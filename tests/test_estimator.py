@@ -255,6 +255,21 @@ def test_fit_warns_when_clusters_are_left_empty(images, monkeypatch):
     assert est.postcluster_info_["clusters_found"] == 2
 
 
+def test_random_state_none_draws_a_seed_from_numpy(images, monkeypatch):
+    """None seeds from NumPy's global generator (scikit-learn's meaning), also where
+    pretraining takes minibatches, whose order needs a seed."""
+    monkeypatch.setattr(pipeline, "pretrain_batch_size", lambda n, arch, requested=None: 20)
+    coefs = []
+    for _ in range(2):
+        np.random.seed(7)
+        est = MESCClustering(3, random_state=None, pretrain_steps=3, epochs=2, thr=0.2,
+                             subspace_dim=3, power=1.0)
+        est.fit(images[0])
+        assert est.labels_.shape == (90,)
+        coefs.append(est.coef_)
+    np.testing.assert_array_equal(*coefs)
+
+
 def test_negative_pixels_warn(images):
     with pytest.warns(UserWarning, match=r"50% of the pixels are negative.*ReLU"):
         MESCClustering(3)._validate_images(np.where(np.arange(8)[:, None] < 4, -1.0, 1.0)[None]

@@ -138,6 +138,42 @@ def test_adam_steps_match_hand_update():
     np.testing.assert_allclose(model.coef.numpy(), c2, rtol=0, atol=SETTINGS.lr * 1e-3)
 
 
+def test_adam_is_tf1_adam_bit_for_bit():
+    """FusedAdam and TF1's AdamOptimizer, fed the same gradients, keep the same variable bit for
+    bit over 3000 steps: past where pow(β2, t) first differs from TF1's running product (step
+    3) and past where β1ᵗ runs out of the table (step 165)."""
+    from mesc_tf.training import adam, tf1_beta_powers
+
+    steps, lr = 3000, 1e-3
+    rng = np.random.default_rng(0)
+    scales = 10.0 ** rng.uniform(-6, 2, (1, 64))  # gradients from tiny to large, per entry
+    grads = (rng.standard_normal((steps, 64)) * scales).astype(np.float32)
+    start = rng.standard_normal(64).astype(np.float32)
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default(), v1.Session() as sess:
+        var = v1.Variable(start)
+        g = v1.placeholder(tf.float32, (64,))
+        train = v1.train.AdamOptimizer(lr).apply_gradients([(g, var)])
+        sess.run(v1.global_variables_initializer())
+        for grad in grads:
+            sess.run(train, {g: grad})
+        want = sess.run(var)
+
+    port = tf.Variable(start)
+    optimizer = adam(lr)
+
+    @tf.function
+    def run(all_grads):
+        for grad in all_grads:
+            optimizer.apply_gradients([(grad, port)])
+
+    run(tf.constant(grads))
+    np.testing.assert_array_equal(port.numpy(), want)
+    b2 = tf1_beta_powers(0.999)
+    assert b2[-1] <= 2.0**-25 < b2[-2] and np.float32(1) - b2[-1] == 1
+
+
 def test_logged_terms_are_before_the_update():
     """History holds the loss of the weights the step started from (as the original fetched)."""
     model, x = tiny_model()

@@ -144,6 +144,28 @@ def test_minibatch_pretraining_learns_and_resumes_exactly(x, tmp_path):
     assert full["relative_error"] < 0.6 * full["history"]["rel_err"][0]
 
 
+def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_run(x, tmp_path):
+    """EarlyStopping's best weights and counters and ReduceLROnPlateau's travel with the
+    checkpoint: killed at step 10 and resumed, a run whose best step comes before the kill
+    halves its rate, stops and returns the weights as the uninterrupted run does."""
+    schedule = Pretrain(lr=0.3, max_steps=40, patience=12, lr_patience=3)  # best step early
+    configure_runtime(0)
+    ae, whole = pipeline.pretrain(x, ARCH, schedule, verbose=0)
+    assert whole["best_step"] <= 10 and whole["steps"] < 40  # EarlyStopping ended it
+    assert whole["final_lr"] < schedule.lr  # and the rate was halved on the way
+    configure_runtime(0)
+    backup = tmp_path / "ckpt"
+    pipeline.pretrain(x, ARCH, schedule.replace(max_steps=10), verbose=0, backup_dir=backup,
+                      checkpoint_every=5)
+    configure_runtime(1)  # the checkpoint, not the seed, restores the state
+    resumed_ae, resumed = pipeline.pretrain(x, ARCH, schedule, verbose=0, backup_dir=backup,
+                                            checkpoint_every=5)
+    for key in ("steps", "best_step", "final_lr", "relative_error"):
+        assert resumed[key] == whole[key], key
+    for a, b in zip(ae.get_weights(), resumed_ae.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeypatch):
     size = pipeline.pretrain_batch_size
     per_image = pipeline._training_bytes_per_image(ARCH)
