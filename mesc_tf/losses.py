@@ -29,8 +29,9 @@ def entropy(c):
     """½ Σ C·ln(clip(C, 1e-12, 1)): the negative entropy of C, to be minimised.
 
     The clip sits inside the log only: the multiplier is the unclipped C, so the gradient is
-    ½(ln C + 1) inside (1e-12, 1), 0 above 1 and ½·ln(1e-12) for C ≤ 1e-12 (negative entries
-    are pushed up linearly). This is exactly the released graph.
+    ½(ln C + 1) on [1e-12, 1] (TF's clip passes the gradient at its bounds), 0 above 1 and
+    ½·ln(1e-12) below 1e-12 (negative entries are pushed up linearly). This is exactly the
+    released graph.
     """
     return _entropy(tf.convert_to_tensor(c))  # read a variable here: the gradient flows to it
 

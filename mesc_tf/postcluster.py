@@ -873,12 +873,21 @@ def _post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, ti
         labels = spectral(L, n_clusters, seed)
     else:
         try:
+            labels, failed = _spectral_inplace(L, n_clusters, seed, info), None
+        except _NotPositiveDefinite:
+            labels, failed = None, "cholesky"
+        except ArpackError:
+            labels, failed = None, "arpack"
+        # L is overwritten. Drop it before building it again, outside the except clause,
+        # whose traceback holds it too: two n×n buffers at once would pass the memory estimate.
+        del L
+        if failed == "cholesky":
             try:
-                labels = _spectral_inplace(L, n_clusters, seed, info)
-            except _NotPositiveDefinite:
                 labels = _spectral_inplace(_affinity_inplace(U, power), n_clusters, seed, info,
                                            exact=True)
-        except ArpackError:  # ARPACK did not converge (L is overwritten): as sklearn does
+            except ArpackError:
+                failed = "arpack"
+        if failed == "arpack":  # ARPACK did not converge: as sklearn does
             labels = _spectral_after_arpack_failed(_affinity_inplace(U, power), n_clusters,
                                                    seed, info)
     t2 = time.perf_counter()
@@ -898,7 +907,8 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     reference's exactly) or "reference" (the released scripts' numerics); see the module
     docstring. With ``return_timings=True`` returns ``(labels, timings)``, timings =
     {"thrc_s", "svd_s" (pre-treatment + SVD + affinity), "spectral_s"} in seconds. A dict
-    passed as ``info`` receives which solvers ran, the gaps checked and ``ill_posed``.
+    passed as ``info`` receives the route (``method``) and, on the fast and strict routes, which
+    solvers ran, the gaps checked and ``ill_posed``.
     """
     method = check_post_method(method)
     _check_variant(variant)

@@ -158,7 +158,7 @@ def read_tf1_checkpoint(prefix, image_shape):
         raise MescError(f"cannot read TF1 checkpoint {prefix} ({first}); give the prefix "
                         "without .index/.data, e.g. .../model-335-32x32-orl.ckpt") from None
     shapes = reader.get_variable_to_shape_map()
-    n_layers = sum(1 for k in shapes if k.startswith("enc_w"))
+    n_layers = sum(1 for k in shapes if re.fullmatch(r"enc_w\d+", k))  # not enc_w0/Adam
     names = ([f"enc_w{i}" for i in range(n_layers)] + [f"dec_w{j}" for j in range(n_layers)]
              + ["Variable" if k == 0 else f"Variable_{k}" for k in range(2 * n_layers)])
     missing = [k for k in names if k not in shapes]

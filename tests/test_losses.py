@@ -138,6 +138,18 @@ def test_adam_steps_match_hand_update():
     np.testing.assert_allclose(model.coef.numpy(), c2, rtol=0, atol=SETTINGS.lr * 1e-3)
 
 
+def test_evaluate_gives_the_loss_terms_without_training():
+    """MESCNet.test_step: keras' evaluate() reports the loss terms and changes nothing."""
+    model, x = tiny_model()
+    model.compile(optimizer="adam")
+    before = [w.numpy() for w in model.weights]
+    logs = model.evaluate(full_batch(x), steps=1, return_dict=True, verbose=0)
+    want = {k: float(v) for k, v in model.compute_terms(x).items()}
+    assert logs == pytest.approx(want, rel=1e-6)
+    for a, b in zip(before, model.weights):
+        np.testing.assert_array_equal(a, b.numpy())
+
+
 def test_adam_is_tf1_adam_bit_for_bit():
     """FusedAdam and TF1's AdamOptimizer, fed the same gradients, keep the same variable bit for
     bit over 3000 steps: past where pow(β2, t) first differs from TF1's running product (step

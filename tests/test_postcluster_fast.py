@@ -357,6 +357,23 @@ def test_cholesky_route_goes_first_by_default(monkeypatch):
         fast, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, method="reference"))
 
 
+def test_cholesky_failure_rebuilds_the_affinity_and_takes_lu(monkeypatch):
+    """A shifted Laplacian that is not positive definite in floating point: the Cholesky
+    factorisation has overwritten L, so the affinity is built again and factored by LU."""
+    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+
+    def not_positive_definite(*args, **kwargs):
+        raise np.linalg.LinAlgError("not positive definite")
+
+    monkeypatch.setattr(scipy.linalg, "cho_factor", not_positive_definite)
+    C, _ = trained_like(1)
+    info = {}
+    fast = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, info=info)
+    assert info["spectral"] == "sklearn's ARPACK shift-invert (LU), in place"
+    np.testing.assert_array_equal(
+        fast, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, method="reference"))
+
+
 def _shifted_laplacian(n=300, seed=0):
     """A normalised graph Laplacian of 4 noisy blocks, shifted as sklearn's shift-invert."""
     rng = np.random.default_rng(seed)
