@@ -105,9 +105,17 @@ def parse_grid(spec) -> dict[str, list]:
         if field in grid:
             raise MescError(f"grid: {field} is given twice; list all its values once, "
                             f"e.g. {field}=1,2,3")
-        parsed = [_parse_value(field, v) for v in values.split(",") if v.strip()]
-        if not parsed:
+        if not values.strip():
             raise MescError(f"grid: no values for {field}; write e.g. {field}=1,2")
+        if any(not v.strip() for v in values.split(",")):
+            raise MescError(f"grid: an empty value in {token!r}; write e.g. {field}=1,2")
+        parsed = [_parse_value(field, v) for v in values.split(",")]
+        for value in parsed:  # each value on its own, before any training
+            try:
+                Settings().replace(**{field: value})
+            except MescError as e:  # named as the grid names it, not by its option
+                flag = f" (--{field.replace('_', '-')})"
+                raise MescError(f"grid: {field}={value}: {str(e).replace(flag, '')}") from None
         grid[field] = list(dict.fromkeys(parsed))
     return grid
 
@@ -250,7 +258,8 @@ def archive_paths(path) -> list[Path]:
 
 
 def read_records(path) -> tuple[list[dict], int]:
-    """The trial records of a JSON-lines file and the number of unreadable (torn) lines.
+    """The trial records of a JSON-lines file and the number of unreadable (torn) lines; a
+    line that cannot be the start of a record means the file is something else (an error).
 
     Records in its archive parts (``archive_paths``) come first. Sweeps append to the plain
     file only; renaming a finished file to the next part (``mv orl.jsonl orl.part3.jsonl``)
@@ -267,13 +276,16 @@ def read_records(path) -> tuple[list[dict], int]:
         except (OSError, UnicodeDecodeError) as e:
             raise MescError(f"cannot read the sweep results {source}: {e}; restore the file "
                             "(e.g. git checkout) or pass another --out") from e
-        for line in lines:
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
                 record_key(rec)
             except (ValueError, KeyError, TypeError):
+                if not line.startswith('{"'):  # a torn record starts as every record does
+                    raise MescError(f"{source} is not a file of sweep results (line {number} is "
+                                    "not a trial record); pass another --out") from None
                 bad += 1
                 continue
             records.append(rec)

@@ -60,7 +60,7 @@ def test_table_with_a_bad_seed_writes_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bad", ["reg1", "reg1=", "nope=1", "reg1=x", "epochs=1.5", "thr=inf",
-                                 "reg1=1 reg1=2", "=1"])
+                                 "reg1=1 reg1=2", "=1", "reg1=1,,2", "reg1=1,"])
 def test_parse_grid_errors_are_one_line(bad):
     with pytest.raises(MescError) as e:
         sweep.parse_grid(bad)
@@ -68,8 +68,9 @@ def test_parse_grid_errors_are_one_line(bad):
 
 
 def test_invalid_setting_in_grid_is_refused():
-    with pytest.raises(MescError, match=r"thr \(--thr\) must be > 0"):
-        sweep.expand_grid(Settings(), sweep.parse_grid("thr=0.1,-1"))
+    """Named as the grid names it: sweep.py has no --thr option."""
+    with pytest.raises(MescError, match=r"^grid: thr=-1.0: thr must be > 0"):
+        sweep.parse_grid("thr=0.1,-1")
 
 
 def test_whole_number_settings_are_stored_as_int():
@@ -146,6 +147,11 @@ def test_results_file_survives_a_torn_line(tmp_path):
     records, bad = sweep.read_records(out)
     assert [r["seed"] for r in records] == [0, 1] and bad == 1
     assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s) for s in (0, 1)}
+    # A file that is not a sweep's (a results.json, say) is refused, not appended to.
+    other = tmp_path / "results.json"
+    other.write_text(json.dumps({"settings": rec["settings"]}, indent=1))
+    with pytest.raises(MescError, match=r"results.json is not a file of sweep results \(line 1"):
+        sweep.read_records(other)
 
 
 def test_archive_parts_are_read_before_the_file(tmp_path):
