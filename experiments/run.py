@@ -1,12 +1,13 @@
 """Fine-tune MESC-Net (or a DSC-Net baseline) on one benchmark and cluster it.
 
     python experiments/run.py --dataset orl
-    python experiments/run.py --dataset coil20 --framework coupled --regularizer l2 --seed 3
+    python experiments/run.py --dataset coil20 --method dsc_l2 --seed 3
 
 Loads the dataset and the auto-encoder (pretrained/<dataset>.h5 unless --weights,
 --tf1-checkpoint or --no-pretrain), fine-tunes with the dataset's settings from
-mesc_tf/config.py (any of them overridable), runs the shared post-clustering, prints
-ACC/NMI/PUR/ARI/F1 and writes results.json into the run directory.
+mesc_tf/config.py (those of the main table's row --method, MESC-Net by default; any of them
+overridable), runs the shared post-clustering, prints ACC/NMI/PUR/ARI/F1 and writes
+results.json into the run directory.
 """
 
 import sys
@@ -16,12 +17,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from mesc_tf import cli  # noqa: E402
-from mesc_tf.config import POST_METHODS  # noqa: E402
+from mesc_tf.config import METHODS, POST_METHODS  # noqa: E402
 
 
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_dataset_arg(p)
+    p.add_argument("--method", choices=METHODS, default="our",
+                   help="the settings of a row of the main table: our (MESC-Net, default), "
+                   "our_wo_net (its loss on the coupled graph), dsc_l1, dsc_l2 (DSC-Net)")
     cli.add_settings_args(p)
     p.add_argument("--seed", type=cli.seed_arg, default=0,
                    help="seed of every random source (default 0)")
@@ -61,10 +65,10 @@ def parse_args(argv=None):
 def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
-    from mesc_tf.config import get_config
+    from mesc_tf.config import get_config, method_settings
 
     cfg = get_config(args.dataset)
-    settings = cli.settings_from_args(cfg.mesc, args)
+    settings = cli.settings_from_args(method_settings(args.dataset, args.method), args)
     t0 = time.perf_counter()
     ds = data.load_dataset(args.dataset, args.data_dir)
     load_s = time.perf_counter() - t0
@@ -122,7 +126,8 @@ def main(argv=None, cleanup=None):
         print("note:", note)
     cli.write_json(out / "results.json", {
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
-        "seed": args.seed, "settings": settings.to_dict(), "autoencoder": ae_source,
+        "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
+        "autoencoder": ae_source,
         "metrics": m, "timings": {"load_s": load_s, **result["timings"]},
         "postcluster": result["postcluster"],
         "final_losses": {k: float(v[-1]) for k, v in result["history"].items() if len(v)},

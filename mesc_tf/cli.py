@@ -56,6 +56,8 @@ def add_settings_args(p, post=True):
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--epochs", type=int, help="full-batch fine-tuning steps")
     p.add_argument("--coef-init", type=float, help="initial value of every entry of C")
+    p.add_argument("--recon-scale", type=float, help="weight of the reconstruction term (DSC-Net's "
+                   "½ on ORL and EYaleB: 0.5)")
     if not post:
         p.set_defaults(thr=None, subspace_dim=None, power=None, variant=None)
         return
@@ -68,7 +70,7 @@ def add_settings_args(p, post=True):
 def settings_from_args(base, args):
     return base.replace(framework=args.framework, regularizer=args.regularizer, reg1=args.reg1,
                         reg2=args.reg2, lr=args.lr, epochs=args.epochs,
-                        coef_init=args.coef_init, thr=args.thr,
+                        coef_init=args.coef_init, recon_scale=args.recon_scale, thr=args.thr,
                         subspace_dim=args.subspace_dim, power=args.power, variant=args.variant)
 
 

@@ -48,13 +48,9 @@ def _whole(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-_NO_FLAG = {"recon_scale"}  # settings no script takes on its command line
-
-
 def _flag(field_name) -> str:
     """A setting as both its Python name and its command-line flag, for error messages."""
-    flag = "--" + field_name.replace("_", "-")
-    return field_name if field_name in _NO_FLAG else f"{field_name} ({flag})"
+    return f"{field_name} (--{field_name.replace('_', '-')})"
 
 
 def check_post_method(method) -> str:

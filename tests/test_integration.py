@@ -153,3 +153,24 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path,
     logged = tensorboard_scalars(out / "tb")["train"]
     for tag in ("epoch_loss", "epoch_recon", "epoch_reg", "epoch_selfexp"):
         assert logged[tag] == list(range(30)), tag
+
+
+def test_run_py_takes_a_table_rows_settings(shared_data, tmp_path, monkeypatch, capsys):
+    """--method gives the settings of a row of the main table (here DSC-Net-L2's, with its ½
+    on the reconstruction), which the other options still override."""
+    import importlib.util
+
+    from mesc_tf.config import method_settings
+
+    spec = importlib.util.spec_from_file_location("run_cli", REPO / "experiments" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    out = tmp_path / "run"
+    run.main(["--dataset", "toy", "--method", "dsc_l2", "--epochs", "2", "--recon-scale", "0.25",
+              "--quiet", "--out", str(out)])
+    saved = json.loads((out / "results.json").read_text())
+    want = method_settings("toy", "dsc_l2").replace(epochs=2, recon_scale=0.25)
+    assert saved["method"] == "dsc_l2" and saved["settings"] == want.to_dict()
+    assert want.framework == "coupled" and want.regularizer == "l2"
+    assert "settings: " + str(want.to_dict()) in capsys.readouterr().out
