@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("runtime")
 
 REPO = Path(__file__).resolve().parents[1]
 # Session 40 (AVX2 EPYC): the port's C is within 1.6e-7 of the TF1 oracle's in every test here
-# (five cases bit for bit) and 3.7e-7 of the C the authors' graph saved, as close as the
+# (six cases bit for bit) and 3.7e-7 of the C the authors' graph saved, as close as the
 # released graph itself there; per-step losses within 2e-7 (experiments/faithfulness.py prints
 # both). Before Adam took TF1's β powers they were 1.6e-6, 8.4e-7 and 1.4e-5 (session 38,
 # AVX-512). The bounds leave room for other CPUs' kernels, and catch what float32 rounding
