@@ -113,9 +113,8 @@ def parse_grid(spec) -> dict[str, list]:
         for value in parsed:  # each value on its own, before any training
             try:
                 Settings().replace(**{field: value})
-            except MescError as e:  # named as the grid names it, not by its option
-                flag = f" (--{field.replace('_', '-')})"
-                raise MescError(f"grid: {field}={value}: {str(e).replace(flag, '')}") from None
+            except MescError as e:
+                raise MescError(f"grid: {field}={value}: {e}") from None
         grid[field] = list(dict.fromkeys(parsed))
     return grid
 

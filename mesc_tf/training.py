@@ -96,7 +96,7 @@ def tf1_beta_powers(beta: float) -> np.ndarray:
     multiplied by β after every step. ``pow(β, t)`` differs in the last bit from step 3 on
     (β 0.999), which moves Adam's step size by up to 2e-5. The table ends at the first
     βᵗ ≤ 2⁻²⁵: from there on 1 − βᵗ rounds to 1 in float32 whatever βᵗ is, so the last entry
-    serves every later step (17,320 entries for β 0.999)."""
+    serves every later step (17,321 entries for β 0.999)."""
     b = np.float32(beta)
     powers = [b]
     while powers[-1] > 2.0**-25:
@@ -203,10 +203,15 @@ def _callback_state(cb) -> dict:
     return state
 
 
-def _restore_callback_state(cb, state: dict, model_weights):
+def _restore_callback_state(cb, state: dict, model_weights, where):
     for name, value in state.items():
+        if name not in _STATE_FIELDS:
+            raise MescError(f"{where}: unknown {type(cb).__name__} field {name!r}")
         if name == "best_weights" and value is not None:
             value = [np.asarray(w, dtype=m.dtype) for w, m in zip(value, model_weights)]
+            if [w.shape for w in value] != [m.shape for m in model_weights]:
+                raise MescError(f"{where}: {type(cb).__name__}'s best weights do not fit "
+                                "the model")
         setattr(cb, name, value)
 
 
@@ -279,9 +284,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
         saved = state.get("callbacks", {})  # none in backups before session 40
-        for cb in self.stateful:
-            if type(cb).__name__ in saved:
-                _restore_callback_state(cb, saved[type(cb).__name__], self.model.get_weights())
+        try:
+            for cb in self.stateful:
+                if type(cb).__name__ in saved:
+                    _restore_callback_state(cb, saved[type(cb).__name__],
+                                            self.model.get_weights(), self._state_path)
+        except (MescError, ValueError, TypeError, AttributeError) as e:
+            raise MescError(f"cannot restore the checkpoint's callback state ({e}); delete "
+                            f"{self.backup_dir} (or pass --force) to start over") from None
 
     def on_train_begin(self, logs=None):
         # After the stateful callbacks' own on_train_begin, which resets them (fit_steps puts

@@ -2,6 +2,8 @@
 loadable .h5; the stopping rules (patience, target error), the initializer option and
 minibatches (when asked for or when memory says so)."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -164,6 +166,13 @@ def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_ru
         assert resumed[key] == whole[key], key
     for a, b in zip(ae.get_weights(), resumed_ae.get_weights()):
         np.testing.assert_array_equal(a, b)
+    # A state.json whose saved best weights do not fit the model: one clear error.
+    state_path = backup / "state.json"
+    state = json.loads(state_path.read_text())
+    state["callbacks"]["EarlyStopping"]["best_weights"] = [[1.0]]
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(MescError, match="cannot restore the checkpoint's callback state"):
+        pipeline.pretrain(x, ARCH, schedule.replace(max_steps=60), verbose=0, backup_dir=backup)
 
 
 def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeypatch):

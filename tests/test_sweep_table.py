@@ -68,8 +68,8 @@ def test_parse_grid_errors_are_one_line(bad):
 
 
 def test_invalid_setting_in_grid_is_refused():
-    """Named as the grid names it: sweep.py has no --thr option."""
-    with pytest.raises(MescError, match=r"^grid: thr=-1.0: thr must be > 0"):
+    """Before any training, naming the grid's entry."""
+    with pytest.raises(MescError, match=r"^grid: thr=-1.0: thr \(--thr\) must be > 0"):
         sweep.parse_grid("thr=0.1,-1")
 
 
