@@ -251,8 +251,9 @@ _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 
 # Where each setting comes from: the comment above it, in short; every sweep behind it, with
 # its command and figures, is in experiments/results/README.md under the dataset's name, and
-# every pretraining schedule in pretrained/README.md. "Best" means the best median ACC over the
-# seeds named (ties broken by NMI): chosen on the labels it is scored on, as in the paper.
+# every pretraining schedule in pretrained/README.md (the trials behind them in
+# pretrained/HISTORY.md). "Best" means the best median ACC over the seeds named (ties broken by
+# NMI): chosen on the labels it is scored on, as in the paper.
 DATASETS: dict[str, DatasetConfig] = {
     "orl": DatasetConfig(
         name="orl", n_samples=400, n_clusters=40,
@@ -271,7 +272,7 @@ DATASETS: dict[str, DatasetConfig] = {
         coupled=_MESC_RELEASED.replace(reg1=0.5, reg2=3.0, lr=1e-3, epochs=850,
                                        thr=0.15, subspace_dim=3, power=1.25, variant="dsc"),
         # The DSLSP pretraining scripts' regime (glorot_uniform, constant lr 1e-3, full batch),
-        # stopped at the authors' checkpoint's error, 0.1304 (pretrained/README.md, "ORL: the
+        # stopped at the authors' checkpoint's error, 0.1304 (pretrained/HISTORY.md, "ORL: the
         # DSLSP regime").
         pretrain=_PRE_FACES.replace(lr=1e-3, max_steps=60000, patience=1000, min_delta=1e-5,
                                     target=0.1304, initializer="glorot_uniform"),

@@ -384,7 +384,7 @@ def channel_activity(autoencoder, x, batch_size=2048) -> dict[str, np.ndarray]:
     ``x`` at which each channel's output is positive, i.e. its ReLU on.
 
     A channel at 0 gets no gradient and stays dead. On non-negative pixels a first-layer channel
-    whose pre-activation starts negative everywhere never fires (pretrained/README.md, ORL)."""
+    whose pre-activation starts negative everywhere never fires (pretrained/HISTORY.md, ORL)."""
     layers = autoencoder.named_layers
     on = [np.zeros(layer.filters) for layer in layers]
     positions = np.zeros(len(layers))
@@ -396,7 +396,7 @@ def channel_activity(autoencoder, x, batch_size=2048) -> dict[str, np.ndarray]:
 
 def dead_channels(autoencoder, x, batch_size=2048) -> list[int]:
     """Latent channels that are 0 (ReLU off) for every image of ``x``: they carry nothing into
-    the self-expression. Long pretraining killed some in ours (pretrained/README.md)."""
+    the self-expression. Long pretraining killed some in ours (pretrained/HISTORY.md)."""
     latent = channel_activity(autoencoder, x, batch_size)[autoencoder.encoder_layers[-1].name]
     return [int(c) for c in np.flatnonzero(latent == 0)]
 
@@ -419,7 +419,7 @@ def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
     ReLU is positively homogeneous: a layer's kernel and bias times a > 0 give its output
     times a, and the next kernel divided by a undoes that. The function stays, fine-tuning
     does not: the self-expression term grows with the codes' square and Adam moves every
-    weight by about the learning rate whatever its size (pretrained/README.md, EYaleB).
+    weight by about the learning rate whatever its size (pretrained/HISTORY.md, EYaleB).
     A layer that outputs 0 for every image cannot reach ``target``; it takes the factor of the
     layer before it (any factor keeps it 0), so a finished pretraining is never refused here.
     """
