@@ -329,6 +329,8 @@ def test_real_eyaleb():
 
 @needs_real
 def test_real_usps_mnist():
+    # Class counts: those of the whole USPS set (7291 + 2007 images) and of the MNIST test set
+    # as published; labels are the digits + 1, as the loaders give them.
     usps = load_dataset("usps", REAL)
     assert usps.x.shape == (9298, 16, 16, 1) and usps.x.min() >= 0 and usps.x.max() <= 1
     assert counts(usps) == [1553, 1269, 929, 824, 852, 716, 834, 792, 708, 821]

@@ -187,8 +187,14 @@ def bad_fits():
 
 
 @pytest.mark.parametrize("case", list(bad_fits()), ids=lambda c: c[0])
-def test_bad_input_raises_value_error(case):
+def test_bad_input_raises_value_error(case, monkeypatch):
     _, est, x, message = case
+
+    def training(*args, **kwargs):
+        raise AssertionError("bad input reached training")
+
+    monkeypatch.setattr(pipeline, "pretrain", training)
+    monkeypatch.setattr(pipeline, "run", training)
     with pytest.raises(ValueError, match=message) as info:
         est.fit(x)
     assert isinstance(info.value, MescError)
@@ -259,15 +265,20 @@ def test_random_state_none_draws_a_seed_from_numpy(images, monkeypatch):
     """None seeds from NumPy's global generator (scikit-learn's meaning), also where
     pretraining takes minibatches, whose order needs a seed."""
     monkeypatch.setattr(pipeline, "pretrain_batch_size", lambda n, arch, requested=None: 20)
-    coefs = []
-    for _ in range(2):
-        np.random.seed(7)
-        est = MESCClustering(3, random_state=None, pretrain_steps=3, epochs=2, thr=0.2,
+
+    def coef(global_seed, random_state=None):
+        np.random.seed(global_seed)
+        est = MESCClustering(3, random_state=random_state, pretrain_steps=3, epochs=2, thr=0.2,
                              subspace_dim=3, power=1.0)
         est.fit(images[0])
         assert est.labels_.shape == (90,)
-        coefs.append(est.coef_)
-    np.testing.assert_array_equal(*coefs)
+        return est.coef_
+
+    seven = coef(7)
+    np.testing.assert_array_equal(seven, coef(7))
+    assert not np.array_equal(seven, coef(8))  # the seed does come from NumPy
+    drawn = int(np.random.RandomState(7).randint(2**31 - 1))  # what sklearn's None means
+    np.testing.assert_array_equal(seven, coef(0, random_state=drawn))
 
 
 def test_negative_pixels_warn(images):

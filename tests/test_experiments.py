@@ -91,6 +91,23 @@ def test_ablation_resumes_and_guards(data_env, tf1_ckpts, tmp_path):
     assert ablation.main([*argv, "--redo"])["toy"]["rows"][1]["pretrain_s"] == 13.5
 
 
+def test_toy_affinity_statistics():
+    """The figure's numbers on a hand-computed case: |C| min-max normalised, per-block variance,
+    cosine similarity to the ideal block matrix."""
+    from experiments.toy_affinity import block_stats, cosine, ideal_matrix, normalised
+
+    y = np.array([0, 0, 1, 1])
+    C = np.array([[0, 2, 0, 0], [-4, 0, 0, 0], [0, 0, 0, 1], [0, 0, 3, 0]], np.float32)
+    A = normalised(C)  # |C| / 4
+    np.testing.assert_allclose(A, np.abs(C) / 4)
+    blocks, off = block_stats(A, y)
+    assert [b["variance"] for b in blocks] == pytest.approx([0.171875, 0.09375])
+    assert [b["mean"] for b in blocks] == pytest.approx([0.375, 0.25]) and off == 0
+    # (0.5 + 1 + 0.25 + 0.75) / (‖A‖ · ‖ideal‖), ‖A‖² = 1.875, ‖ideal‖² = 8
+    assert cosine(A, ideal_matrix(y)) == pytest.approx(2.5 / np.sqrt(1.875 * 8))
+    assert cosine(ideal_matrix(y), ideal_matrix(y)) == pytest.approx(1.0)
+
+
 def test_toy_affinity(data_env, tmp_path):
     from experiments import toy_affinity
 

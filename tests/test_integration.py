@@ -97,12 +97,15 @@ def test_get_autoencoder_needs_a_source():
 
 def test_clustering_survives_arpack_failure():
     """A C with many equal singular values can make ARPACK stop with error 3 (it happened on
-    ORL after 30 steps at lr 1e-4; whether it does depends on ARPACK's random restarts);
-    post-clustering must still give a valid affinity instead of crashing."""
+    ORL after 30 steps at lr 1e-4). Whether it does depends on ARPACK's restart vectors, drawn
+    from OS entropy by svds (on this C, in a third to a half of the calls), so the call is
+    repeated; whichever path each takes, the affinity must be valid. The next test forces the
+    fallback and checks its values."""
     n, u = 60, (np.arange(60) % 2).astype(float)
     C = np.eye(n) + 0.01 * np.outer(u, u)
-    L = postcluster.affinity(C, 5, 3, 1.0, "mesc")
-    assert L.shape == (n, n) and np.all(np.isfinite(L)) and L.max() == 1.0
+    for _ in range(8):
+        L = postcluster.affinity(C, 5, 3, 1.0, "mesc")
+        assert L.shape == (n, n) and np.all(np.isfinite(L)) and L.max() == 1.0
 
 
 def test_lapack_fallback_gives_the_arpack_affinity(monkeypatch):

@@ -31,8 +31,20 @@ def test_hand_computed_example():
     # unmapped: gt stays 1..3, pred + 1 = 2,2,1,2,1,1,3,3 agrees at positions 2, 3, 6, 7
     assert f1_unmapped(y, pred) == pytest.approx(4 / 8)
     assert nmi(y, pred) == nmi(y, pred + 10)
-    assert nmi(y, pred, "max") <= nmi(y, pred, "min")
-    assert -1 <= ari(y, pred) < 1
+    # both partitions have sizes 3, 3, 2: H = 11/4 ln2 − 3/4 ln3, MI = 13/4 ln2 − 3/2 ln3
+    ln2, ln3 = np.log(2), np.log(3)
+    assert nmi(y, pred) == pytest.approx((13 / 4 * ln2 - 1.5 * ln3) / (11 / 4 * ln2 - 0.75 * ln3))
+    # pairs: 3 agree in both, 7 within a class, 7 within a cluster, 28 in all
+    assert ari(y, pred) == pytest.approx((3 - 7 * 7 / 28) / (7 - 7 * 7 / 28))  # 5/21
+
+
+def test_nmi_normalisations():
+    """Unequal entropies, so the normalisations differ (pitfall 15: 'arithmetic' by default)."""
+    y, pred = np.array([0, 0, 0, 1, 1, 1]), np.array([0, 0, 1, 1, 2, 2])
+    mi, h_y, h_pred = 2 / 3 * np.log(2), np.log(2), np.log(3)
+    assert nmi(y, pred) == pytest.approx(mi / ((h_y + h_pred) / 2))
+    assert nmi(y, pred, "max") == pytest.approx(mi / h_pred)
+    assert nmi(y, pred, "min") == pytest.approx(mi / h_y)
 
 
 def test_mismatched_cluster_counts():
@@ -54,9 +66,9 @@ def test_column_vector_and_float_labels():
 
 
 def test_bad_input():
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match=r"differ in length \(3 vs 2\)"):
         accuracy([0, 1, 1], [0, 1])
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match="non-empty 1-D array"):
         evaluate([], [])
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match="whole-number labels"):
         nmi([0.5, 1.0], [0, 1])

@@ -62,13 +62,13 @@ def test_thrC_keeps_input_and_ratio_one_copies():
 
 
 def test_bad_inputs():
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match=r"thrC: C must be a square n×n matrix .* shape \(3, 4\)"):
         thrC(np.ones((3, 4)), 0.1)
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match="thrC: C contains NaN or inf"):
         thrC(np.array([[1.0, np.nan], [0.0, 1.0]]), 0.1)
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match="n_clusters must be a whole number between 1 and n=5, got 6"):
         post_proC(np.eye(5), 6, 1, 1.0)
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match="unknown post_proC variant 'nope'"):
         pretreat(np.eye(3), "nope")
 
 

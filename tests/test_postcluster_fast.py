@@ -222,8 +222,7 @@ def test_fast_route_on_a_mesc_like_C():
         info = {}
         fast = pc.cluster(C, 4, 0.04, 12, power, "mesc", seed=0, info=info)
         ref = pc.cluster(C, 4, 0.04, 12, power, "mesc", seed=0, method="reference")
-        if info["ill_posed"]:
-            fast = pc.cluster(C, 4, 0.04, 12, power, "mesc", seed=0, method="strict")
+        assert not info["ill_posed"], power  # else the fast route's labels need not be ref's
         np.testing.assert_array_equal(fast, ref)
 
 
@@ -303,10 +302,10 @@ def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
 
 
 @pytest.mark.filterwarnings("ignore:k >= N:RuntimeWarning")  # sklearn, on these tiny sizes
-@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+@pytest.mark.parametrize("method", ["fast", "strict"])
 def test_as_many_clusters_as_samples_or_one_fewer(method):
-    """Tiny problems (K ≥ n − 1) leave the shift-invert eigensolvers out on every route; each
-    route still gives the reference's labels."""
+    """Tiny problems (K ≥ n − 1) leave the shift-invert eigensolvers out on every route; the
+    fast and strict routes still give the reference route's labels."""
     rng = np.random.default_rng(0)
     C = rng.random((12, 12)).astype(np.float32)
     for k in (11, 12):

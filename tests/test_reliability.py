@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -646,8 +647,12 @@ def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
         p.write_bytes(b"half written")
 
     # The same command plus --resume (in this process, through main_guard).
-    code, _, err = invoke(RUN, [*argv, "--resume"], capsys)
+    runs = []
+    recording = SimpleNamespace(main=lambda a, cleanup: runs.append(RUN.main(a, cleanup=cleanup)))
+    code, _, err = invoke(recording, [*argv, "--resume"], capsys)
     assert code == 0, err
+    steps_taken = {len(v) for v in runs[0]["history"].values()}
+    assert steps_taken == {epochs - saved["epoch"]}  # from the checkpoint, not from step 0
     resumed = np.load(out / "C.npy")
     assert json.loads(state.read_text())["epoch"] == epochs
     assert not any(s.exists() for s in stray)
