@@ -1,5 +1,5 @@
 """Shared pieces of the paper-figure experiments (ablation, toy_affinity, sensitivity,
-convergence, tsne, confusion): options, data subsets, auto-encoder sources, resumable run
+convergence, tsne, confusion; faithfulness.py takes its method names): options, data subsets, auto-encoder sources, resumable run
 records, method presets and matplotlib helpers.
 
 Every experiment writes under ``experiments/results/<name>/`` (``--out`` to change it;
@@ -85,7 +85,7 @@ def seeds_arg(text) -> list[int]:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds: ")) from None
 
 
-def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), ae_sources=True, methods=None):
+def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     """The options every experiment shares. ``doc`` is the script's docstring."""
     p = cli.ArgumentParser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
@@ -112,17 +112,16 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), ae_sources=True, m
                    help="keep only the first K classes of each dataset (a smaller problem)")
     p.add_argument("--per-class", type=int, metavar="M",
                    help="keep only the first M samples of each kept class")
-    if ae_sources:
-        p.add_argument("--weights", action="append", default=[], metavar="[DATASET=]PATH",
-                       help="auto-encoder .h5 (default: pretrained/<dataset>.h5); repeat as "
-                            "DATASET=PATH for several datasets")
-        p.add_argument("--tf1-checkpoint", action="append", default=[],
-                       metavar="[DATASET=]PREFIX", help="original TF1 checkpoint prefix instead "
-                       "of the .h5; repeat as DATASET=PREFIX for several datasets; PREFIX "
-                       "'original' is the authors' checkpoint of that dataset "
-                       "(mesc_tf.weights.ORIGINAL_CHECKPOINTS under $MESC_TF1_DIR)")
-        p.add_argument("--no-pretrain", action="store_true",
-                       help="fine-tune from seeded he_normal weights (no pretrained auto-encoder)")
+    p.add_argument("--weights", action="append", default=[], metavar="[DATASET=]PATH",
+                   help="auto-encoder .h5 (default: pretrained/<dataset>.h5); repeat as "
+                        "DATASET=PATH for several datasets")
+    p.add_argument("--tf1-checkpoint", action="append", default=[],
+                   metavar="[DATASET=]PREFIX", help="original TF1 checkpoint prefix instead "
+                   "of the .h5; repeat as DATASET=PREFIX for several datasets; PREFIX "
+                   "'original' is the authors' checkpoint of that dataset "
+                   "(mesc_tf.weights.ORIGINAL_CHECKPOINTS under $MESC_TF1_DIR)")
+    p.add_argument("--no-pretrain", action="store_true",
+                   help="fine-tune from seeded he_normal weights (no pretrained auto-encoder)")
     p.add_argument("--smoke", action="store_true",
                    help=f"a tiny run to check the command: --classes {SMOKE['classes']} "
                         f"--per-class {SMOKE['per_class']} --epochs {SMOKE['epochs']} --seeds 0 "
@@ -156,7 +155,7 @@ def finish_args(p, args, scopes=tuple(METHODS)):
             p.error(f"--{k.replace('_', '-')} must be >= 1")
     if args.epochs is not None and args.epochs < 0:
         p.error("--epochs must be >= 0")
-    if getattr(args, "no_pretrain", False) and (args.weights or args.tf1_checkpoint):
+    if args.no_pretrain and (args.weights or args.tf1_checkpoint):
         p.error("--no-pretrain cannot be combined with --weights or --tf1-checkpoint")
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
@@ -309,16 +308,16 @@ def ae_source(args, dataset: str, pretrained=True) -> dict:
     """Where the auto-encoder of ``dataset`` comes from, as keyword arguments of
     pipeline.get_autoencoder plus a short ``label`` and the ``sha256`` of its content for the
     records (None where there is no file; check_sources says so before any training)."""
-    if not pretrained or getattr(args, "no_pretrain", False):
+    if not pretrained or args.no_pretrain:
         return {"no_pretrain": True, "label": "he_normal (no pretraining)", "sha256": None}
-    tf1 = _per_dataset(getattr(args, "tf1_checkpoint", []), dataset, "--tf1-checkpoint")
+    tf1 = _per_dataset(args.tf1_checkpoint, dataset, "--tf1-checkpoint")
     if tf1:
         from mesc_tf.weights import tf1_prefix
 
         tf1 = tf1_prefix(dataset, tf1)
         return {"tf1_checkpoint": tf1, "label": f"tf1:{_rel(tf1)}",
                 "sha256": _content_hash(dataset, tf1_checkpoint=tf1)}
-    weights = _per_dataset(getattr(args, "weights", []), dataset, "--weights")
+    weights = _per_dataset(args.weights, dataset, "--weights")
     if weights:
         return {"weights": weights, "label": f"h5:{_rel(weights)}",
                 "sha256": _content_hash(dataset, weights=weights)}
@@ -341,12 +340,12 @@ def ae_spec(src: dict) -> dict:
     return {"autoencoder": src["label"], "autoencoder_sha256": src["sha256"]}
 
 
-def check_sources(args, datasets, pretrained=True):
+def check_sources(args, datasets):
     """Fail early (before any training) if an auto-encoder file is missing."""
     from mesc_tf import pipeline
 
     for name in datasets:
-        src = ae_source(args, name, pretrained)
+        src = ae_source(args, name)
         if src.get("weights") and not Path(src["weights"]).is_file():
             raise MescError(f"auto-encoder file {src['weights']} (for {name}) not found; give "
                             "an existing .h5 with --weights")
@@ -595,7 +594,7 @@ def save_figure(fig, path, dpi=120):
 
 
 def annotated_heatmap(ax, M, *, xticks, yticks, text=None, cmap="viridis", vmin=None, vmax=None,
-                      fontsize=8, colorbar=True):
+                      fontsize=8):
     """imshow of M with a label in each cell (``text[i][j]``, default the value)."""
     M = np.asarray(M, np.float64)
     im = ax.imshow(M, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
@@ -612,7 +611,6 @@ def annotated_heatmap(ax, M, *, xticks, yticks, text=None, cmap="viridis", vmin=
             frac = 0.5 if not np.isfinite(v) or hi <= lo else (v - lo) / (hi - lo)
             ax.text(j, i, label, ha="center", va="center", fontsize=fontsize,
                     color="black" if frac > 0.6 else "white")
-    if colorbar:
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return im
 

@@ -135,7 +135,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         ``clusters_found``: the non-empty clusters (spectral clustering can leave some empty;
         ``fit`` then warns).
     timings_ : dict
-        Seconds spent pretraining, fine-tuning and post-clustering.
+        Seconds spent pretraining (``pretrain_s``; 0 where it did not run), fine-tuning
+        (``train_s``) and post-clustering (``post_s``: ``thrc_s``, ``svd_s``, ``spectral_s``),
+        and the number of fine-tuning ``steps``.
     """
 
     def __init__(self, n_clusters, *, framework=Settings.framework,

@@ -13,7 +13,7 @@ given C and seed; the reference route, through svds and sklearn, is not on such 
 Pipeline: ``cluster`` = ``thrC`` → ``affinity`` (pre-treat, truncated SVD, affinity L) →
 ``spectral``. ``post_proC`` is the last two steps, as in the original scripts.
 
-Three methods (``cluster(..., method=...)``, default ``DEFAULT_METHOD`` = "fast"):
+Three methods (``cluster(..., method=...)``; the default, ``METHODS[0]``, is "fast"):
 
 * ``"reference"``: the definition, as the released scripts run it: dense float64 pre-treatment,
   ``scipy.sparse.linalg.svds`` (ARPACK on CᵀC, v0 of ones), the affinity by the script's
@@ -57,14 +57,17 @@ labels agree wherever the spectral step is stable under such a change. ``info`` 
 graph with several components, or power 8 making between-cluster weights ~1e-20) and
 ``discretize_margin`` (how far ``discretize``'s discrete decisions were from flipping, see
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
-arbitrary). ``ill_posed`` is set when either is below its bound. In that regime the
+arbitrary). ``ill_posed`` is set when either is below its bound, and where the fast route
+falls back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
+(below). In that regime the
 reference's own labels change with floating-point noise: on the trained COIL20 C (repeated
 eigenvalues) and on the released ORL C (empty clusters in discretize), running the reference
 route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
 64-336 labels and moves ACC by up to 3 points. The fast route's labels there are as valid as the
 reference's, only not the same digits; ``"strict"`` reproduces them at the reference's cost.
 Where ARPACK's shift-invert does not converge at all (an untrained, near-constant C), both
-routes hand the affinity to sklearn's own step, which falls back to LOBPCG, and flag it.
+routes hand the affinity to sklearn's own step, which falls back to LOBPCG; the fast and strict
+routes flag it in ``info``.
 
 LAPACK's symmetric eigensolver runs with ``EIGH_THREADS`` (1) OpenBLAS threads: its
 tridiagonal reduction is memory-bound BLAS-2 with a sync per column, and 2 threads on a busy
@@ -89,20 +92,20 @@ from scipy.sparse.linalg import ArpackError, LinearOperator, aslinearoperator, e
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
-from mesc_tf.config import POST_METHODS as METHODS, VARIANTS, check_post_method
+from mesc_tf.config import POST_METHODS as METHODS  # noqa: F401  (the routes' names)
+from mesc_tf.config import VARIANTS, check_post_method
 from mesc_tf.errors import MescError
 
-DEFAULT_METHOD = METHODS[0]  # "fast": what cluster() and the pipeline use; see the docstring
 # OpenBLAS threads for LAPACK's symmetric eigensolver (None: the library's default).
 EIGH_THREADS: int | None = 1
 # Above this n the spectral step's shift-invert uses a Cholesky factor (half the flops of
 # sklearn's LU; the labels then equal sklearn's to rounding, not bit for bit).
 SI_LU_MAX_N = 4096
 # Products M·x that Lanczos on D^-1/2·A·D^-1/2 may spend above SI_LU_MAX_N before the Cholesky
-# route; 0: the Cholesky route at once. On the trained MNIST C (n = 10000) Lanczos needed 371-517
-# products at power 8 and 1604 at power 16, the configured one; the Cholesky route is worth
-# 640-770 (benchmarks/spectral_routes.py; benchmarks/README.md). A capped attempt that fails
-# costs the cap on top, so the bounded route goes first.
+# route; 0 (the default): the Cholesky route alone. On the trained MNIST C (n = 10000) Lanczos
+# needed 371-517 products at power 8 and 1604 at power 16, the configured one, where the
+# Cholesky route is worth 640-770 (benchmarks/spectral_routes.py; benchmarks/README.md), and a
+# capped attempt that fails costs the cap on top. The benchmark and the tests set a cap.
 LANCZOS_MAX_PRODUCTS = 0
 # Vectors the block shift-invert (``_block_shift_invert``) may build with the Cholesky factor
 # before ARPACK's single-vector shift-invert takes over from scratch; 0: ARPACK at once. MNIST
@@ -161,7 +164,8 @@ def _orth(a):
 
 
 def _check_square(C, where: str) -> np.ndarray:
-    """C as a finite square 2-D float array (integers become float64; float32 stays float32)."""
+    """C as a finite square 2-D float array (integers become float64, float16 float32: the
+    released code's C is float32, and thrC's blocks assume sums at least that precise)."""
     C = np.asarray(C)
     if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] < 2:
         raise MescError(f"{where}: C must be a square n×n matrix with n >= 2, got shape {C.shape}; "
@@ -170,6 +174,8 @@ def _check_square(C, where: str) -> np.ndarray:
         if not (np.issubdtype(C.dtype, np.integer) or C.dtype == bool):
             raise MescError(f"{where}: C must be numeric, got dtype {C.dtype}; pass a float matrix")
         C = C.astype(np.float64)
+    elif C.dtype.itemsize < 4:
+        C = C.astype(np.float32)
     if not np.all(np.isfinite(C)):
         raise MescError(f"{where}: C contains NaN or inf; training probably diverged, "
                         "lower the learning rate or the regulariser weights")
@@ -324,7 +330,7 @@ def thrC(C, ratio: float) -> np.ndarray:
     ``ratio`` × the column's L1 norm; zero the rest. ``ratio >= 1`` returns a copy of C.
     A column whose running sum never passes the bar (all zero, or ratio within float rounding
     of 1) is kept whole, so an all-zero column stays zero; the original indexes past the end
-    there. The dtype is kept.
+    there. The dtype is kept (float16 becomes float32, as for every route).
     """
     C = _check_square(C, "thrC")
     _check_ratio(ratio)
@@ -500,9 +506,7 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
     """Steps 2-5 as svds computes them, with another eigen-solver for CᵀC (see the module
     docstring). Returns the embedding, or None where the rank-r subspace is ill-determined."""
     n = Cs.shape[0]
-    r = _rank(n_clusters, subspace_dim, n)
-    if r + 1 >= n:
-        return None
+    r = _rank(n_clusters, subspace_dim, n)  # r + 1 <= n: the dense route takes all n pairs
     dense = None
     if n <= DENSE_SVD_MAX_N:
         dense = Cs.toarray()
@@ -515,6 +519,8 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
                                      driver="evr", overwrite_a=True, check_finite=False)
         del gram
         info["svd"] = "dense eigh of CᵀC"
+    elif r + 1 >= n:  # ARPACK needs k < n
+        return None
     else:
         Ct = sp.csr_array(Cs.T)
         op = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: Ct @ (Cs @ x),

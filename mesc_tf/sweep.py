@@ -33,6 +33,7 @@ Training and clustering are the pipeline's own (``pipeline.get_autoencoder``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import fcntl
@@ -42,6 +43,7 @@ import itertools
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -384,7 +386,9 @@ def _limit_threads(threads):
         tf.config.threading.set_intra_op_parallelism_threads(int(threads))
         tf.config.threading.set_inter_op_parallelism_threads(int(threads))
     except RuntimeError:  # TF already initialised in this process (e.g. the jobs=1 parent)
-        pass
+        if tf.config.threading.get_intra_op_parallelism_threads() != int(threads):
+            warnings.warn(f"TensorFlow had started before the limit of {threads} thread(s) per "
+                          "job: it applies to BLAS only here", RuntimeWarning, stacklevel=2)
 
 
 def _dataset(dataset, data_dir):
@@ -429,19 +433,22 @@ def coef_snapshots(steps):
 
 # ---------------------------------------------------------------------------------------------
 # The C cache: trained C's kept on disk, so a later sweep of post-clustering settings (or seeds)
-# on the same training skips the fine-tuning. Deterministic training makes this exact: the key
-# holds everything that C depends on.
+# on the same training skips the fine-tuning. Training is deterministic for a given machine and
+# thread count, so the key holds those too: their rounding moves C's last bits.
 
 
 def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
-                   init_seed: int = 0) -> str:
-    """The cache key (JSON) of C after ``steps`` steps of ``train``'s fine-tuning."""
+                   init_seed: int = 0, threads: int | None = None) -> str:
+    """The cache key (JSON) of C after ``steps`` steps of ``train``'s fine-tuning with
+    ``threads`` TF threads (None: TF's own count) on this machine."""
     import tensorflow as tf
 
     fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
+    here = {k: v for k, v in machine().items() if k != "platform"}
     return json.dumps({"dataset": dataset, "autoencoder": ae_ident, "train": fields,
                        "steps": int(steps), "init_seed": int(init_seed),
-                       "tensorflow": tf.__version__}, sort_keys=True)
+                       "tensorflow": tf.__version__, "threads": threads, "machine": here},
+                      sort_keys=True)
 
 
 def _cache_paths(cache_dir, key):
@@ -491,8 +498,9 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     Each trial's record is appended to ``out`` (JSON lines) as soon as it is scored, when
     ``out`` is given. With ``coef_cache`` (a folder) the trained C's are read from it when all
     of the group's step counts are there (no training then) and written to it otherwise.
-    Returns {"records": [...], "seconds": wall time of the whole group, "train_s": ...,
-    "load_s": ...}.
+    Returns {"records": [...], "seconds": wall time of the whole group, "train_s", "load_s",
+    "steps_run": fine-tuning steps taken (0 when every C came from the cache), "tag": the
+    group's, "coef_cache": "read", "written", "not written" or None}.
     """
     _limit_threads(threads)
     from mesc_tf import pipeline
@@ -505,7 +513,7 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     ds = _dataset(dataset, data_dir)
     n = len(ds.x)
     steps = group.steps
-    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed)
+    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed, threads)
             for s in steps} if coef_cache else {}
     cached = {s: cache_load(coef_cache, k, n) for s, k in keys.items()}
     if keys and all(cached.values()):
@@ -571,11 +579,23 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
             "load_s": load_s, "steps_run": steps_run, "tag": group.tag, "coef_cache": cache_use}
 
 
+def _in_parent(jobs, n_groups, threads) -> bool:
+    """Whether run_groups runs its groups in this process. A thread limit with --jobs above 1
+    needs a fresh worker even for one group: TensorFlow's pools cannot shrink once started."""
+    return jobs <= 1 or (n_groups <= 1 and not threads)
+
+
 def run_groups(groups, *, jobs=1, threads=None, **kwargs):
-    """Run groups (in ``jobs`` loky worker processes when > 1); yields results as they finish."""
-    if jobs <= 1 or len(groups) <= 1:
+    """Run groups (in ``jobs`` loky worker processes when > 1); yields results as they finish.
+    ``threads`` limits TensorFlow's and BLAS's threads for each group."""
+    if _in_parent(jobs, len(groups), threads):
+        from threadpoolctl import threadpool_limits
+
         for g in groups:
-            yield run_group(g, threads=threads, **kwargs)
+            with (threadpool_limits(limits=int(threads), user_api="blas") if threads
+                  else contextlib.nullcontext()):
+                result = run_group(g, threads=threads, **kwargs)
+            yield result
         return
     from joblib import Parallel, delayed
 

@@ -264,14 +264,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def _load_model(self):
         if not self._state_path.exists():
             return
-        try:
-            state = json.loads(self._state_path.read_text())
-            weights = Path(self.backup_dir) / state["weights"]
-            epoch = int(state["epoch"])
-            seconds = float(state.get("seconds", 0.0))  # none in backups before session 30
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise MescError(f"cannot read the checkpoint {self._state_path} ({e}); delete "
-                            f"{self.backup_dir} (or pass --force) to start over") from None
+        state = read_backup_state(self.backup_dir)
+        weights = Path(self.backup_dir) / state["weights"]
+        epoch, seconds = state["epoch"], state["seconds"]
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         try:
@@ -300,17 +295,31 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._started = time.perf_counter()
 
 
+def read_backup_state(backup_dir) -> dict:
+    """A backup's state.json, checked: its "weights" file name, "epoch" (int), "seconds"
+    (float: training seconds of the steps in the backup, 0 in backups before session 30) and
+    the rest as saved. A damaged file is one MescError that says to start over."""
+    path = Path(backup_dir) / "state.json"
+    try:
+        state = json.loads(path.read_text())
+        return {**state, "weights": str(state["weights"]), "epoch": int(state["epoch"]),
+                "seconds": float(state.get("seconds", 0.0))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise MescError(f"cannot read the checkpoint {path} ({e}); delete "
+                        f"{backup_dir} (or pass --force) to start over") from None
+
+
 def resumed_epoch(backup_dir):
     """The epoch a backup in ``backup_dir`` resumes from (0 if none)."""
-    state = Path(backup_dir) / "state.json"
-    return json.loads(state.read_text())["epoch"] if state.exists() else 0
+    has = (Path(backup_dir) / "state.json").exists()
+    return read_backup_state(backup_dir)["epoch"] if has else 0
 
 
 def resumed_seconds(backup_dir) -> float:
     """Training seconds the steps in a backup took, in the processes that ran them (0 if none
     or not recorded)."""
-    state = Path(backup_dir) / "state.json"
-    return float(json.loads(state.read_text()).get("seconds", 0.0)) if state.exists() else 0.0
+    has = (Path(backup_dir) / "state.json").exists()
+    return read_backup_state(backup_dir)["seconds"] if has else 0.0
 
 
 def _fsync(path):

@@ -46,14 +46,20 @@ def default_tf1_dir() -> Path:
 
 
 def tf1_prefix(dataset: str, value: str) -> str:
-    """A --tf1-checkpoint value for ``dataset``: a checkpoint prefix, or "original" for the
+    """A --tf1-checkpoint value for ``dataset`` as a checkpoint prefix: the value itself, the
+    prefix of a checkpoint file named instead (.index, .meta, .data-*), or for "original" the
     authors' checkpoint of that dataset (ORIGINAL_CHECKPOINTS under default_tf1_dir)."""
     if value != "original":
-        return value
+        return _strip_checkpoint_suffix(value)
     if not default_tf1_dir().is_dir():
         raise MescError(f"the authors' checkpoints are not in {default_tf1_dir()}; set "
                         "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders")
     return str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset])
+
+
+def _strip_checkpoint_suffix(path) -> str:
+    """A file of a TF1 checkpoint named instead of its prefix: the prefix."""
+    return re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", str(path))
 
 
 def _open_h5(path, mode="r"):
@@ -149,8 +155,7 @@ def read_tf1_checkpoint(prefix, image_shape):
     """(Architecture, {layer: (kernel, bias)}) from an original TF1 checkpoint prefix."""
     import tensorflow as tf
 
-    # A file of the checkpoint named instead of its prefix: take the prefix.
-    prefix = re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", str(prefix))
+    prefix = _strip_checkpoint_suffix(prefix)
     try:
         reader = tf.train.load_checkpoint(prefix)
     except (ValueError, tf.errors.OpError) as e:

@@ -72,6 +72,16 @@ def test_bad_inputs():
         pretreat(np.eye(3), "nope")
 
 
+def test_float16_C_is_taken_as_float32():
+    C16 = np.random.default_rng(0).standard_normal((60, 60)).astype(np.float16)
+    C32 = C16.astype(np.float32)
+    out = thrC(C16, 0.2)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, thrC(C32, 0.2))
+    np.testing.assert_array_equal(cluster(np.abs(C16), 3, 0.2, 2, 1.0),
+                                  cluster(np.abs(C32), 3, 0.2, 2, 1.0))
+
+
 def test_pretreat_variants():
     C = np.arange(9, dtype=np.float32).reshape(3, 3)
     m = pretreat(C, "mesc")

@@ -315,6 +315,17 @@ def test_as_many_clusters_as_samples_or_one_fewer(method):
                                                          method="reference"))
 
 
+def test_rank_clipped_to_n_minus_1_takes_the_dense_route():
+    """r = d·K + 1 clipped to n − 1 (tiny problems, smoke runs): the dense eigh has all n
+    eigenpairs, so the subspace's gap is checked as usual instead of flagging a fallback."""
+    C = np.random.default_rng(0).random((6, 6))
+    info = {}
+    labels = pc.cluster(C, 4, 0.5, 1, 1.0, seed=0, info=info)
+    assert info["svd"] == "dense eigh of CᵀC" and not info["ill_posed"]
+    np.testing.assert_array_equal(labels, pc.cluster(C, 4, 0.5, 1, 1.0, seed=0,
+                                                     method="reference"))
+
+
 def test_method_is_checked():
     C, _ = trained_like(0)
     with pytest.raises(MescError, match="method"):

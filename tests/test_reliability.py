@@ -464,6 +464,10 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     code, _, err = invoke(PRETRAIN, [*data, "--out", out.parent / "new.h5"], capsys)
     assert code == 2
     assert_one_error_line(err, "unfinished pretraining", "--resume")
+    # Resuming it: its state.json holds no step, so it cannot be resumed (one line, no traceback).
+    code, _, err = invoke(PRETRAIN, [*data, "--out", out.parent / "new.h5", "--resume"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "cannot read the checkpoint", "start over")
 
 
 def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):

@@ -221,6 +221,32 @@ def toy_weights(tmp_path_factory):
     return save_autoencoder(ae, tmp_path_factory.mktemp("ae") / "toy.h5")
 
 
+def test_thread_limit_reaches_blas_in_this_process_and_needs_a_worker_otherwise(monkeypatch):
+    """A group run in this process gets the BLAS limit (TF's is set before TF starts); a thread
+    limit with --jobs above 1 sends even a single group to a fresh worker."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+    assert sweep._in_parent(1, 3, 1) and sweep._in_parent(2, 1, None)
+    assert not sweep._in_parent(2, 1, 1) and not sweep._in_parent(2, 2, None)
+    monkeypatch.setattr(sweep, "run_group", lambda g, threads=None, **kw: blas_threads())
+    before = blas_threads()
+    if before == [1]:
+        pytest.skip("BLAS runs one thread here already")
+    assert list(sweep.run_groups(["g"], jobs=1, threads=1)) == [[1]]
+    assert blas_threads() == before
+
+
+def test_tf1_checkpoint_may_be_named_by_one_of_its_files(tf1_ckpts):
+    """As run.py takes it (README: PREFIX or one of its files), so do sweeps and tables."""
+    prefix = tf1_ckpts["orl"]
+    want = sweep.resolve_autoencoder("orl", tf1_checkpoint=str(prefix))
+    for f in (f"{prefix}.index", next(prefix.parent.glob(f"{prefix.name}.data-*"))):
+        assert sweep.resolve_autoencoder("orl", tf1_checkpoint=str(f)) == want
+
+
 def test_snapshot_equals_a_shorter_run(toy_weights):
     """C after 2 steps of a 4-step run is the C of a 2-step run (the steps sweep relies on it)."""
     from mesc_tf import pipeline
