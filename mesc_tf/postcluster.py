@@ -854,6 +854,40 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     return labels
 
 
+def _spectral_with_fallbacks(make_L, n_clusters, seed, info, timings, exact=False):
+    """``_spectral_inplace`` on the affinity ``make_L()`` builds, with the retries: where the
+    Cholesky factor fails (the shifted Laplacian is positive definite only in exact arithmetic)
+    the LU on a new L, and where ARPACK does not converge sklearn's own step on a new L (its
+    LOBPCG fallback, flagged). Tiny problems (K ≥ n − 1, where eigsh's shift-invert needs
+    k < n − 1) go to sklearn at once. The first L's seconds count in ``timings["svd_s"]``,
+    the rest (retries included) in ``timings["spectral_s"]``."""
+    t0 = time.perf_counter()
+    L = make_L()
+    t1 = time.perf_counter()
+    timings["svd_s"] += t1 - t0
+    try:
+        if n_clusters + 1 >= L.shape[0]:
+            return spectral(L, n_clusters, seed)
+        failed = None
+        try:
+            return _spectral_inplace(L, n_clusters, seed, info, exact=exact)
+        except _NotPositiveDefinite:
+            failed = "cholesky"
+        except ArpackError:
+            failed = "arpack"
+        # L is overwritten. Drop it before building it again, outside the except clause,
+        # whose traceback holds it too: two n×n buffers at once would pass the memory estimate.
+        del L
+        if failed == "cholesky":
+            try:
+                return _spectral_inplace(make_L(), n_clusters, seed, info, exact=True)
+            except ArpackError:
+                pass
+        return _spectral_after_arpack_failed(make_L(), n_clusters, seed, info)
+    finally:
+        timings["spectral_s"] += time.perf_counter() - t1
+
+
 def _spectral_after_arpack_failed(L, n_clusters, seed, info):
     """The reference spectral step, whose sklearn falls back to LOBPCG where ARPACK fails
     (degenerate affinities, e.g. a C that has not been trained); the labels are flagged."""
@@ -864,7 +898,6 @@ def _spectral_after_arpack_failed(L, n_clusters, seed, info):
 
 def _post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, timings):
     """post_proC on the thresholded sparse C by the fast route; fills timings."""
-    n = Cs.shape[0]
     t0 = time.perf_counter()
     C = _pretreat_sparse(Cs, variant)
     U = _svd_embedding_fast(C, n_clusters, subspace_dim, info, _arpack_rng(seed))
@@ -873,33 +906,9 @@ def _post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, ti
         info["ill_posed"] = True
         U = _svd_embedding(C.toarray(), n_clusters, subspace_dim, _arpack_rng(seed))
     del C
-    L = _affinity_inplace(U, power)
-    t1 = time.perf_counter()
-    if n_clusters + 1 >= n:  # eigsh needs k < n − 1 for shift-invert; tiny problems only
-        labels = spectral(L, n_clusters, seed)
-    else:
-        try:
-            labels, failed = _spectral_inplace(L, n_clusters, seed, info), None
-        except _NotPositiveDefinite:
-            labels, failed = None, "cholesky"
-        except ArpackError:
-            labels, failed = None, "arpack"
-        # L is overwritten. Drop it before building it again, outside the except clause,
-        # whose traceback holds it too: two n×n buffers at once would pass the memory estimate.
-        del L
-        if failed == "cholesky":
-            try:
-                labels = _spectral_inplace(_affinity_inplace(U, power), n_clusters, seed, info,
-                                           exact=True)
-            except ArpackError:
-                failed = "arpack"
-        if failed == "arpack":  # ARPACK did not converge: as sklearn does
-            labels = _spectral_after_arpack_failed(_affinity_inplace(U, power), n_clusters,
-                                                   seed, info)
-    t2 = time.perf_counter()
-    timings["svd_s"] += t1 - t0
-    timings["spectral_s"] += t2 - t1
-    return labels
+    timings["svd_s"] += time.perf_counter() - t0
+    return _spectral_with_fallbacks(lambda: _affinity_inplace(U, power), n_clusters, seed, info,
+                                    timings)
 
 
 def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
@@ -914,7 +923,8 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     docstring. With ``return_timings=True`` returns ``(labels, timings)``, timings =
     {"thrc_s", "svd_s" (pre-treatment + SVD + affinity), "spectral_s"} in seconds. A dict
     passed as ``info`` receives the route (``method``) and, on the fast and strict routes, which
-    solvers ran, the gaps checked and ``ill_posed``.
+    solvers ran, the gaps checked and ``ill_posed`` (where strict recomputes, its ``svd``,
+    ``spectral`` and gaps are the recomputation's; ``ill_posed`` stays set).
     """
     method = check_post_method(method)
     _check_variant(variant)
@@ -939,18 +949,10 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
         info["thrc_density"] = Cs.nnz / float(C.shape[0]) ** 2
         labels = _post_proC_fast(Cs, K, subspace_dim, power, variant, seed, info, timings)
         if method == "strict" and info.get("ill_posed"):
-            info["fallback"] = "reference affinity"
-            t1 = time.perf_counter()
-            L = affinity(thrC(C, thr), K, subspace_dim, power, variant)
-            t2 = time.perf_counter()
-            try:
-                labels = (spectral(L, K, seed) if K + 1 >= C.shape[0]  # as the fast route
-                          else _spectral_inplace(L, K, seed, {}, exact=True))
-            except ArpackError:  # L is overwritten: build it again
-                L = affinity(thrC(C, thr), K, subspace_dim, power, variant)
-                labels = _spectral_after_arpack_failed(L, K, seed, info)
-            timings["svd_s"] += t2 - t1
-            timings["spectral_s"] += time.perf_counter() - t2
+            info.update(fallback="reference affinity", svd="reference svds")
+            labels = _spectral_with_fallbacks(
+                lambda: affinity(thrC(C, thr), K, subspace_dim, power, variant), K, seed,
+                info, timings, exact=True)
     if return_timings:
         return labels, timings
     return labels
