@@ -491,6 +491,16 @@ def _one_line(e):
     return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
 
 
+@dataclass
+class _Trained:
+    """A group's C's, one per step count (``snaps``), and how they were had."""
+    snaps: object  # coef_snapshots: .coefs and .seconds by step count
+    load_s: float
+    train_s: float
+    steps_run: int
+    cache_use: str | None  # "read", "written", "not written" or None (no cache)
+
+
 def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=None, out=None,
               threads=None, verbose=0, coef_cache=None):
     """Fine-tune once and cluster every trial of ``group``; the worker side of a sweep.
@@ -503,80 +513,93 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     group's, "coef_cache": "read", "written", "not written" or None}.
     """
     _limit_threads(threads)
-    from mesc_tf import pipeline
-    from mesc_tf.config import get_config
-    from mesc_tf.metrics import evaluate, nmi
-    from mesc_tf.training import configure_runtime
-
-    start = time.perf_counter()
-    cfg = get_config(dataset)
-    ds = _dataset(dataset, data_dir)
-    n = len(ds.x)
-    steps = group.steps
-    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed, threads)
-            for s in steps} if coef_cache else {}
-    cached = {s: cache_load(coef_cache, k, n) for s, k in keys.items()}
-    if keys and all(cached.values()):
-        snaps = coef_snapshots(steps)  # filled from the cache: no training
-        for s, (coef, seconds) in cached.items():
-            snaps.coefs[s], snaps.seconds[s] = coef, seconds
-        load_s, train_s, steps_run, cache_use = time.perf_counter() - start, 0.0, 0, "read"
-    else:
-        need = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(len(steps) - 1, 0)
-        if need > pipeline.available_memory():
-            raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
-                            f"{need / 2**30:.1f} GiB; sweep fewer epochs values at once or "
-                            "use --jobs 1")
-        configure_runtime(group.init_seed)
-        autoencoder = ae.load(cfg.arch, dataset)
-        load_s = time.perf_counter() - start
-        snaps = coef_snapshots(steps)
-        model, _history, train_s = pipeline.fine_tune(ds.x, group.train, autoencoder,
-                                                      verbose=verbose, callbacks=[snaps])
-        steps_run = int(model.optimizer.iterations.numpy())
-        # Free the model before clustering (a long-lived worker trains many). Not
-        # keras.backend.clear_session(): in-process (jobs=1) it would also drop the caller's seed.
-        del model, autoencoder
-        gc.collect()
-        cache_use = None
-        if keys:
-            cache_use = "written"
-            try:
-                for s, k in keys.items():
-                    cache_store(coef_cache, k, snaps.coefs[s], snaps.seconds[s])
-            except OSError:  # a full disk must not cost the trials their trained C
-                cache_use = "not written"
-
     from mesc_tf.cli import code_revision
 
+    start = time.perf_counter()
+    ds = _dataset(dataset, data_dir)
+    trained = _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start)
     records, code = [], code_revision()  # records match without it; see README, "Sweeps"
     for trial in sorted(group.trials, key=lambda t: (t.settings.epochs, t.seed)):
-        s = trial.settings
-        rec = {
-            "dataset": dataset, "method": method or group.tag, "seed": trial.seed,
-            "settings": normalized(s), "autoencoder": ae.describe(),
-            "autoencoder_id": ae.ident, "n_samples": n, "code": code, "metrics": None,
-            "error": None,
-            "shared_training": {"steps_run": steps_run, "snapshots": steps,
-                                "trials": len(group.trials),
-                                **({"coef_cache": cache_use} if cache_use else {})},
-        }
-        t0 = time.perf_counter()
-        try:
-            labels, post_timings = pipeline.cluster(snaps.coefs[s.epochs], ds.n_clusters, s,
-                                                    seed=trial.seed)
-            rec["metrics"] = {**evaluate(ds.y, labels), "nmi_max": nmi(ds.y, labels, "max")}
-        except _CLUSTER_ERRORS as e:
-            post_timings = {}
-            rec["error"] = _one_line(e)
-        rec["timings"] = {"train_s": snaps.seconds.get(s.epochs, 0.0), "train_run_s": train_s,
-                          "steps": s.epochs, "post_s": time.perf_counter() - t0, **post_timings}
-        rec["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        rec = _scored_trial(trial, group, trained, ds, dataset, ae, method, code)
         if out is not None:
             append_jsonl(out, rec)
         records.append(rec)
-    return {"records": records, "seconds": time.perf_counter() - start, "train_s": train_s,
-            "load_s": load_s, "steps_run": steps_run, "tag": group.tag, "coef_cache": cache_use}
+    return {"records": records, "seconds": time.perf_counter() - start,
+            "train_s": trained.train_s, "load_s": trained.load_s,
+            "steps_run": trained.steps_run, "tag": group.tag, "coef_cache": trained.cache_use}
+
+
+def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) -> _Trained:
+    """The C after each of the group's step counts: from the cache where it holds them all,
+    else by one fine-tuning (then stored in the cache, if one is given)."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import get_config
+    from mesc_tf.training import configure_runtime
+
+    n, steps = len(ds.x), group.steps
+    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed, threads)
+            for s in steps} if coef_cache else {}
+    cached = {s: cache_load(coef_cache, k, n) for s, k in keys.items()}
+    snaps = coef_snapshots(steps)
+    if keys and all(cached.values()):  # no training
+        for s, (coef, seconds) in cached.items():
+            snaps.coefs[s], snaps.seconds[s] = coef, seconds
+        return _Trained(snaps, time.perf_counter() - start, 0.0, 0, "read")
+    cfg = get_config(dataset)
+    need = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(len(steps) - 1, 0)
+    if need > pipeline.available_memory():
+        raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
+                        f"{need / 2**30:.1f} GiB; sweep fewer epochs values at once or "
+                        "use --jobs 1")
+    configure_runtime(group.init_seed)
+    autoencoder = ae.load(cfg.arch, dataset)
+    load_s = time.perf_counter() - start
+    model, _history, train_s = pipeline.fine_tune(ds.x, group.train, autoencoder,
+                                                  verbose=verbose, callbacks=[snaps])
+    steps_run = int(model.optimizer.iterations.numpy())
+    # Free the model before clustering (a long-lived worker trains many). Not
+    # keras.backend.clear_session(): in-process (jobs=1) it would also drop the caller's seed.
+    del model, autoencoder
+    gc.collect()
+    cache_use = None
+    if keys:
+        cache_use = "written"
+        try:
+            for s, k in keys.items():
+                cache_store(coef_cache, k, snaps.coefs[s], snaps.seconds[s])
+        except OSError:  # a full disk must not cost the trials their trained C
+            cache_use = "not written"
+    return _Trained(snaps, load_s, train_s, steps_run, cache_use)
+
+
+def _scored_trial(trial, group, trained, ds, dataset, ae, method, code) -> dict:
+    """One trial's record: its C (the snapshot at its step count) clustered with its seed."""
+    from mesc_tf import pipeline
+    from mesc_tf.metrics import evaluate, nmi
+
+    s = trial.settings
+    rec = {
+        "dataset": dataset, "method": method or group.tag, "seed": trial.seed,
+        "settings": normalized(s), "autoencoder": ae.describe(),
+        "autoencoder_id": ae.ident, "n_samples": len(ds.x), "code": code, "metrics": None,
+        "error": None,
+        "shared_training": {"steps_run": trained.steps_run, "snapshots": group.steps,
+                            "trials": len(group.trials),
+                            **({"coef_cache": trained.cache_use} if trained.cache_use else {})},
+    }
+    t0 = time.perf_counter()
+    try:
+        labels, post_timings = pipeline.cluster(trained.snaps.coefs[s.epochs], ds.n_clusters, s,
+                                                seed=trial.seed)
+        rec["metrics"] = {**evaluate(ds.y, labels), "nmi_max": nmi(ds.y, labels, "max")}
+    except _CLUSTER_ERRORS as e:
+        post_timings = {}
+        rec["error"] = _one_line(e)
+    rec["timings"] = {"train_s": trained.snaps.seconds.get(s.epochs, 0.0),
+                      "train_run_s": trained.train_s, "steps": s.epochs,
+                      "post_s": time.perf_counter() - t0, **post_timings}
+    rec["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+    return rec
 
 
 def _in_parent(jobs, n_groups, threads) -> bool:
