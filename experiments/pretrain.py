@@ -125,21 +125,22 @@ def main(argv=None, cleanup=None):
     made = cli.prepare_out_file(out, force=args.force, what="output")
     if cleanup is not None:
         cleanup.extend(made)
-    if args.tensorboard:
-        cli.writable_dir(args.tensorboard, "--tensorboard DIR")
     ckpt = out.with_name(out.stem + ".checkpoint")
     backup = ckpt if (args.checkpoint_every or args.resume) else None
     _checkpointing[0] = backup is not None
     if args.resume and not (ckpt / "state.json").exists():
         raise MescError(f"nothing to resume at {ckpt}; start with --checkpoint-every N")
-    if not args.resume and (ckpt / "state.json").exists():
-        if not args.force:
-            raise MescError(f"{ckpt} holds the checkpoint of an unfinished pretraining; pass "
-                            "--resume to continue it or --force to start over")
-        shutil.rmtree(ckpt)
+    if not args.resume and (ckpt / "state.json").exists() and not args.force:
+        raise MescError(f"{ckpt} holds the checkpoint of an unfinished pretraining; pass "
+                        "--resume to continue it or --force to start over")
     if args.init:  # before TensorFlow loads: its start-up lines would bury the error
         check_autoencoder_file(args.init, cfg.arch)
     ds = data.load_dataset(args.dataset, args.data_dir)
+    # The input is checked: only now make folders, and replace an unfinished checkpoint.
+    if args.tensorboard:
+        cli.writable_dir(args.tensorboard, "--tensorboard DIR")
+    if not args.resume and args.force:
+        shutil.rmtree(ckpt, ignore_errors=True)
     # The batch size and seed fix the order of minibatches; a resumed run must keep them. The
     # run's start (initializer or --init file, first rate) is recorded beside them for the
     # resumed file's metadata.

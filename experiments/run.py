@@ -10,6 +10,7 @@ overridable), runs the shared post-clustering, prints ACC/NMI/PUR/ARI/F1 and wri
 results.json into the run directory.
 """
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -78,8 +79,9 @@ def main(argv=None, cleanup=None):
         force=args.force, resume=args.resume)
     if created and cleanup is not None:
         cleanup.append(out)
-    if args.tensorboard:
-        cli.writable_dir(out / "tb", "--out DIR (its tb/ is not a writable folder)")
+    tb = out / "tb" if args.tensorboard else None
+    if tb is not None and tb.exists():
+        cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
     _checkpointing[0] = backup is not None
     saved = _check_checkpoint(args, out, settings)
@@ -90,11 +92,6 @@ def main(argv=None, cleanup=None):
                                     what="--save-coef file")
         if cleanup is not None:
             cleanup.extend(made)
-
-    if backup is not None and not args.resume:
-        backup.mkdir(parents=True, exist_ok=True)
-        cli.write_json(backup / "run.json", {**_run_identity(args, settings),
-                                             "checkpoint_every": args.checkpoint_every})
 
     weights = _weights_file(args)
     # h5py only, before TF's start-up lines; a missing default file is get_autoencoder's to
@@ -109,6 +106,17 @@ def main(argv=None, cleanup=None):
     ae, ae_source = pipeline.get_autoencoder(
         cfg.arch, dataset=args.dataset, weights=args.weights,
         tf1_checkpoint=args.tf1_checkpoint, no_pretrain=args.no_pretrain)
+
+    # Every input is checked: only now replace an unfinished run's checkpoint (--force) and
+    # write into the run directory.
+    if args.force and not args.resume:
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
+    if tb is not None:
+        cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")
+    if backup is not None and not args.resume:
+        backup.mkdir(parents=True, exist_ok=True)
+        cli.write_json(backup / "run.json", {**_run_identity(args, settings),
+                                             "checkpoint_every": args.checkpoint_every})
     print(f"{args.dataset}: {len(ds.x)} images {ds.x.shape[1:3]}, {ds.n_clusters} clusters; "
           f"auto-encoder: {ae_source}")
     print("settings:", settings.to_dict())
@@ -166,18 +174,15 @@ def _check_checkpoint(args, out, settings):
     Returns what the first run recorded in checkpoint/run.json ({} if nothing).
     """
     import json
-    import shutil
 
     from mesc_tf.errors import MescError
 
     ckpt = out / "checkpoint"
     state = ckpt / "state.json"
-    if not args.resume:
-        if state.exists():
-            if not args.force:
-                raise MescError(f"{out} holds the checkpoint of an unfinished run; pass --resume "
-                                "to continue it, --force to start over, or another --out")
-            shutil.rmtree(ckpt)
+    if not args.resume:  # with --force, main deletes it once every input is checked
+        if state.exists() and not args.force:
+            raise MescError(f"{out} holds the checkpoint of an unfinished run; pass --resume "
+                            "to continue it, --force to start over, or another --out")
         return {}
     if not state.exists():
         raise MescError(f"nothing to resume in {out} (no checkpoint/state.json); start the run "

@@ -16,6 +16,7 @@ Every input is synthetic (written to tmp dirs), so nothing here needs the shared
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -379,6 +380,12 @@ def test_finished_run_and_existing_files_are_refused(files, tmp_path, capsys):
     assert code == 2
     assert_one_error_line(err, "unfinished run", "--resume", "--force")
     assert (out / "checkpoint" / "state.json").exists()
+    # --force with another bad input: the error comes first, and the checkpoint stays.
+    code, _, err = invoke(RUN, [*base, "--out", out, "--force", "--tensorboard", "--save-coef",
+                                files["a_file"] / "C.npy"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "C.npy")
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint"]
 
 
 def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
@@ -422,6 +429,16 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
         assert code == 2, err
         assert_one_error_line(err, needle)
         assert not list(tmp_path.iterdir())
+    # --force does not delete an unfinished checkpoint before the input is checked.
+    (tmp_path / "ae" / "orl.checkpoint").mkdir(parents=True)
+    (tmp_path / "ae" / "orl.checkpoint" / "state.json").write_text("{}")
+    code, _, err = invoke(PRETRAIN, [*data[:2], "--data-dir", tmp_path / "nowhere", "--out", out,
+                                     "--force", "--tensorboard", tmp_path / "tb"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "nowhere")
+    assert (tmp_path / "ae" / "orl.checkpoint" / "state.json").exists()
+    assert not (tmp_path / "tb").exists()
+    shutil.rmtree(tmp_path / "ae")
     # A short pretraining writes the .h5 (and drops its checkpoint once the .h5 is safe) ...
     code, stdout, err = invoke(PRETRAIN, [*data, "--max-steps", "3", "--checkpoint-every", "2",
                                           "--out", out], capsys)
