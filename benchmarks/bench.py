@@ -273,7 +273,7 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
                else ["--no-pretrain"] if "no_pretrain" in src else [])
     cmd = [sys.executable, str(ROOT / "experiments" / "run.py"), "--dataset", dataset, *ae_args,
            "--quiet", "--save-coef", str(coef_path), "--out", str(out_dir), "--force"]
-    if epochs:
+    if epochs is not None:
         cmd += ["--epochs", str(epochs)]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd)
@@ -357,7 +357,7 @@ def parse_args(argv=None):
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--coef-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name, low in (("repeats", 1), ("warmup", 0), ("e2e_epochs", 0)):
+    for name, low in (("repeats", 1), ("warmup", 0), ("e2e_epochs", 1)):
         if getattr(args, name) is not None and getattr(args, name) < low:
             p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     return args
@@ -378,9 +378,11 @@ def main(argv=None):
     if args.one:
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
-    from mesc_tf import pipeline
+    from mesc_tf import cli, pipeline
     from mesc_tf.files import atomic_write_text
 
+    if args.json:  # before the long runs, not after
+        cli.prepare_out_file(args.json, force=True, what="--json file")
     load_before = os.getloadavg()
     report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -430,4 +432,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mesc_tf import cli
+
+    cli.main_guard(main)

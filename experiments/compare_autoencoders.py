@@ -38,7 +38,8 @@ def parse_args(argv=None):
                    help="folder of the original checkpoints (default: $MESC_TF1_DIR, then "
                         "../shared/pretrained-tf1)")
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
-    p.add_argument("--out", default="experiments/results/autoencoders", help="output folder")
+    p.add_argument("--out", help="output folder (default experiments/results/autoencoders; "
+                   "required with --max-epochs, so that a smoke test never writes there)")
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
     p.add_argument("--jobs", type=int, default=1,
                    help="parallel cells, as table.py's --jobs (default 1); more than 1 runs each "
@@ -49,6 +50,12 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error("--jobs must be >= 1")
+    if args.max_epochs is not None and args.max_epochs < 1:
+        p.error("--max-epochs must be >= 1")
+    if args.out is None and args.max_epochs is not None:
+        p.error("--max-epochs (a smoke test) needs --out DIR: it would replace rows of the "
+                "committed comparison in experiments/results/autoencoders")
+    args.out = args.out or "experiments/results/autoencoders"
     from mesc_tf.errors import MescError
     from mesc_tf.sweep import parse_seeds
 
@@ -190,7 +197,7 @@ def main(argv=None):
     common = ["--datasets", *args.datasets, "--methods", *args.methods, "--seeds", args.seeds,
               "--jobs", str(args.jobs), "--data-dir", str(data_dir),
               *(["--force"] if args.force else []),
-              *(["--max-epochs", str(args.max_epochs)] if args.max_epochs else [])]
+              *(["--max-epochs", str(args.max_epochs)] if args.max_epochs is not None else [])]
     ours = table.main([*common, "--out", str(args.out / "ours")])
     original = table.main([*common, "--out", str(args.out / "original"), *[
         a for d in args.datasets

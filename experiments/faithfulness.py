@@ -36,7 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--tf1-checkpoint", default="original", metavar="PREFIX",
                    help="TF1 checkpoint prefix (default: the authors' one of the dataset)")
     p.add_argument("--samples", type=int, metavar="N",
-                   help="use N images spread over the dataset (every len/N-th) instead of all")
+                   help="use N images instead of all: every (len // N)-th from the first, so "
+                        "spread over the dataset for N up to len/2 (the first N above)")
     p.add_argument("--against", metavar="FILE.npy",
                    help="also compare both C's with this C (n×n, e.g. from the authors' graph)")
     p.add_argument("--noise-floor", action="store_true", help="also run the released graph "
@@ -96,6 +97,9 @@ def load_against(path, n):
     except (OSError, ValueError) as e:
         raise MescError(f"cannot read --against {path} ({' '.join(str(e).split())}); give a "
                         ".npy file holding an n×n C") from None
+    if not isinstance(c, np.ndarray):
+        raise MescError(f"--against {path} is not a .npy array (an .npz archive?); give a .npy "
+                        "file holding an n×n C")
     if c.shape != (n, n):
         raise MescError(f"--against {path} holds an array of shape {c.shape}, not the "
                         f"{n}×{n} C of the {n} images used; check --dataset and --samples")

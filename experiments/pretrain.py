@@ -2,7 +2,8 @@
 
     python experiments/pretrain.py --dataset orl            # writes pretrained/orl.h5
 
-Full-batch Adam on ½Σ(x_r − x)² from a seeded he_normal (or --initializer) start; with
+Full-batch Adam on ½Σ(x_r − x)² from a seeded start (the dataset's initializer, or
+--initializer; he_normal unless mesc_tf/config.py says otherwise); with
 --batch-size, or where the whole set's activations do not fit in memory, minibatches in a
 seeded order. Stops when the relative reconstruction error has not improved by --min-delta for
 --patience steps, when it reaches --target, or after --max-steps; keeps the best weights;

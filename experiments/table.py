@@ -117,6 +117,8 @@ def parse_args(argv=None):
         p.error("give --weights or --tf1-checkpoint for a dataset, not both")
     if args.jobs < 1:
         p.error("--jobs must be >= 1")
+    if args.threads_per_job is not None and args.threads_per_job < 1:
+        p.error("--threads-per-job must be >= 1")
     if args.max_epochs is not None and args.max_epochs < 1:
         p.error("--max-epochs must be >= 1")
     if args.out is None and args.max_epochs is not None:
@@ -181,12 +183,15 @@ def make_cell(res, ae, settings, seeds, args):
     }
 
 
-def cell_is_current(cell, settings, seeds, ae):
+def cell_is_current(cell, settings, seeds, ae, max_epochs=None):
+    """Whether a finished cell answers this request: same settings, seeds and auto-encoder,
+    and a smoke cell (--max-epochs) only for a smoke request with the same cap."""
     from mesc_tf import sweep
 
     return (isinstance(cell, dict) and cell.get("settings") == sweep.normalized(settings)
             and cell.get("seeds_requested") == list(seeds)
-            and cell.get("autoencoder_id") == ae.ident)
+            and cell.get("autoencoder_id") == ae.ident
+            and cell.get("max_epochs") == max_epochs)
 
 
 def _pct(values):
@@ -296,7 +301,8 @@ def main(argv=None):
             continue
         for m in args.methods:
             s = cell_settings(d, m, args.max_epochs)
-            if not args.force and cell_is_current(table.get(d, {}).get(m), s, args.seeds, ae):
+            if not args.force and cell_is_current(table.get(d, {}).get(m), s, args.seeds, ae,
+                                                  args.max_epochs):
                 kept += 1
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)

@@ -81,10 +81,10 @@ def add_dataset_arg(p):
                    "(default: $MESC_DATA_DIR, then ./data)")
 
 
-def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="results.json"):
+def prepare_out_dir(out, default_name, *, force=False, resume=False):
     """Create (or reuse, with --resume/--force) a run directory, checking it is writable.
 
-    A directory that already holds ``marker`` is refused unless ``force`` or ``resume``.
+    A directory that already holds results.json is refused unless ``force`` or ``resume``.
     Returns (path, created) so that a failed run can remove a directory it created.
     """
     if out is None:  # a new directory per run, even for runs started in the same second
@@ -103,8 +103,8 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False, marker="res
                 shutil.rmtree(out, ignore_errors=True)
                 raise
     out = Path(out)
-    if (out / marker).exists() and not (force or resume):
-        raise MescError(f"{out} already holds a finished run ({marker}); choose another --out, "
+    if (out / "results.json").exists() and not (force or resume):
+        raise MescError(f"{out} already holds a finished run (results.json); choose another --out, "
                         "or pass --force to overwrite it")
     created = not out.exists()
     try:

@@ -293,9 +293,9 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
         )
     n_img, n_subj = Y.shape[1:]
     k = n_subj if n_subjects is None else n_subjects
-    if isinstance(k, bool) or int(k) != k or not 1 <= k <= n_subj:
+    if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 1 <= k <= n_subj):
         raise MescError(
-            f"eyaleb: n_subjects must be a whole number in 1..{n_subj}, got {n_subjects}"
+            f"eyaleb: n_subjects must be a whole number in 1..{n_subj}, got {n_subjects!r}"
         )
     k = int(k)
     # Column (j, i) = Y[:, j, i], ordered subject by subject.

@@ -10,11 +10,8 @@ experiments/faithfulness.py) and the port's step timed against it (benchmarks/be
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from mesc_tf.errors import MescError
-
-v1 = tf.compat.v1
 
 TERMS = ("loss", "recon", "reg", "selfexp")
 REGULARIZERS = ("entropy", "l1", "l2")  # those of the released scripts
@@ -36,6 +33,9 @@ def finetune(x, weights, settings, steps=None):
     script does. Returns (C after the last update, {term: per-step values of the forward pass
     each update's gradients come from}, per-step seconds).
     """
+    import tensorflow as tf  # here: check() runs before TensorFlow starts
+
+    v1 = tf.compat.v1
     check(settings)
     s = settings
     steps = s.epochs if steps is None else int(steps)

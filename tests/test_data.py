@@ -178,7 +178,7 @@ def test_eyaleb_column_major_subject_major(tmp_path, writer):
     sub = load_dataset("eyaleb", tmp_path, n_subjects=2)
     assert sub.x.shape == (6, 48, 42, 1) and sub.n_clusters == 2
     np.testing.assert_array_equal(sub.x, ds.x[:6])
-    for bad in (0, 5, 2.5):
+    for bad in (0, 5, 2.5, float("nan"), "3"):
         expect_error("n_subjects must be", load_dataset, "eyaleb", tmp_path, n_subjects=bad)
 
 

@@ -437,3 +437,29 @@ def test_table_smoke_run_needs_its_own_out():
         mod.parse_args(["--datasets", "toy", "--max-epochs", "2"])
     assert e.value.code == 2
     assert mod.parse_args(["--datasets", "toy"]).out == Path("experiments/results")
+
+
+def test_table_and_compare_ae_check_their_counts(capsys):
+    table, compare = _script("table"), _script("compare_autoencoders")
+    for mod, argv, needle in [
+        (table, ["--threads-per-job", "0"], "--threads-per-job must be >= 1"),
+        (compare, ["--max-epochs", "0", "--out", "/tmp/x"], "--max-epochs must be >= 1"),
+        (compare, ["--max-epochs", "2"], "needs --out DIR"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            mod.parse_args(["--datasets", "toy", *argv])
+        assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
+    """A --max-epochs cell whose cap did not lower the steps has a full run's settings; it must
+    still not stand in for one (main_table.md would flag a real result as a smoke test)."""
+    table = _script("table")
+    ae = sweep.resolve_autoencoder("toy", weights=str(toy_weights))
+    s = table.cell_settings("toy", "our", 10**6)
+    assert s == table.cell_settings("toy", "our")  # the cap did not bite
+    cell = {"settings": sweep.normalized(s), "seeds_requested": [0], "autoencoder_id": ae.ident,
+            "max_epochs": 10**6}
+    assert table.cell_is_current(cell, s, [0], ae, max_epochs=10**6)
+    assert not table.cell_is_current(cell, s, [0], ae)
+    assert table.cell_is_current({**cell, "max_epochs": None}, s, [0], ae)
