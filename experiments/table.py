@@ -284,7 +284,6 @@ def main(argv=None):
     from mesc_tf.errors import MescError
 
     start = time.perf_counter()
-    cli.writable_dir(args.out)
     json_path, md_path = args.out / "main_table.json", args.out / "main_table.md"
     table = load_table(json_path)
     data_dir = data.find_data_dir(args.data_dir)
@@ -307,6 +306,7 @@ def main(argv=None):
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)
             todo.append((d, m, ae, s, sweep.Group(s, trials, 0, tag=m)))
+    cli.writable_dir(args.out)  # once the datasets are checked, before any cell runs
     for line in skipped:
         print(f"skipped {line}")
     print(f"{len(todo)} cells to run, {kept} kept from {json_path}; seeds {args.seeds}, "

@@ -463,3 +463,12 @@ def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
     assert table.cell_is_current(cell, s, [0], ae, max_epochs=10**6)
     assert not table.cell_is_current(cell, s, [0], ae)
     assert table.cell_is_current({**cell, "max_epochs": None}, s, [0], ae)
+
+
+def test_table_with_missing_data_creates_no_folder(tmp_path):
+    table = _script("table")
+    (tmp_path / "data").mkdir()
+    with pytest.raises(MescError, match="eyaleb|YaleB"):
+        table.main(["--datasets", "eyaleb", "--data-dir", str(tmp_path / "data"), "--out",
+                    str(tmp_path / "t")])
+    assert not (tmp_path / "t").exists()
