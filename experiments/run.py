@@ -176,6 +176,7 @@ def _check_checkpoint(args, out, settings):
     import json
 
     from mesc_tf.errors import MescError
+    from mesc_tf.files import read_backup_state
 
     ckpt = out / "checkpoint"
     state = ckpt / "state.json"
@@ -187,10 +188,12 @@ def _check_checkpoint(args, out, settings):
     if not state.exists():
         raise MescError(f"nothing to resume in {out} (no checkpoint/state.json); start the run "
                         "with --checkpoint-every N")
+    epoch = read_backup_state(ckpt)["epoch"]
     try:
-        epoch = int(json.loads(state.read_text())["epoch"])
         saved = json.loads((ckpt / "run.json").read_text()) if (ckpt / "run.json").exists() else {}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
         raise MescError(f"cannot read the checkpoint in {ckpt} ({e}); pass --force instead of "
                         "--resume to start over") from None
     if saved:

@@ -1,9 +1,13 @@
-"""Atomic file writes: readers (and a resumed run) never see half a file."""
+"""Atomic file writes: readers (and a resumed run) never see half a file. Also the reader of
+the state.json those writes leave in a training checkpoint (no TensorFlow needed)."""
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
+
+from mesc_tf.errors import MescError
 
 
 def default_file_mode():
@@ -33,3 +37,17 @@ def atomic_file(path, mode="w"):
 def atomic_write_text(path, text):
     with atomic_file(path, "w") as f:
         f.write(text)
+
+
+def read_backup_state(backup_dir) -> dict:
+    """A backup's state.json, checked: its "weights" file name, "epoch" (int), "seconds"
+    (float: training seconds of the steps in the backup, 0 in backups before session 30) and
+    the rest as saved. A damaged file is one MescError that says to start over."""
+    path = Path(backup_dir) / "state.json"
+    try:
+        state = json.loads(path.read_text())
+        return {**state, "weights": str(state["weights"]), "epoch": int(state["epoch"]),
+                "seconds": float(state.get("seconds", 0.0))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise MescError(f"cannot read the checkpoint {path} ({e}); delete "
+                        f"{backup_dir} (or pass --force) to start over") from None

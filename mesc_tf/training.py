@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from mesc_tf.errors import MescError
-from mesc_tf.files import atomic_write_text
+from mesc_tf.files import atomic_write_text, read_backup_state
 
 
 # TF1's AdamOptimizer default; Keras' is 1e-7 (pitfall 3).
@@ -293,20 +293,6 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # this callback last).
         self._load_model()
         self._started = time.perf_counter()
-
-
-def read_backup_state(backup_dir) -> dict:
-    """A backup's state.json, checked: its "weights" file name, "epoch" (int), "seconds"
-    (float: training seconds of the steps in the backup, 0 in backups before session 30) and
-    the rest as saved. A damaged file is one MescError that says to start over."""
-    path = Path(backup_dir) / "state.json"
-    try:
-        state = json.loads(path.read_text())
-        return {**state, "weights": str(state["weights"]), "epoch": int(state["epoch"]),
-                "seconds": float(state.get("seconds", 0.0))}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise MescError(f"cannot read the checkpoint {path} ({e}); delete "
-                        f"{backup_dir} (or pass --force) to start over") from None
 
 
 def resumed_epoch(backup_dir):

@@ -386,6 +386,11 @@ def test_finished_run_and_existing_files_are_refused(files, tmp_path, capsys):
     assert code == 2
     assert_one_error_line(err, "C.npy")
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint"]
+    # --resume from a damaged state.json: one line, no traceback.
+    (out / "checkpoint" / "state.json").write_text('{"epoch": 5}')
+    code, _, err = invoke(RUN, [*base, "--out", out, "--resume"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "cannot read the checkpoint", "start over")
 
 
 def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
