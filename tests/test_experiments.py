@@ -174,12 +174,27 @@ def test_tsne(data_env, tmp_path):
 
     assert tsne.parse_args([]).methods == ["dsc_l1", "dsc_l2", "our"]
     out = tmp_path / "tsne"
-    summary = tsne.main([*SMOKE, "--no-pretrain", "--methods", "our", "--out", str(out)])
+    summary = tsne.main([*SMOKE, "--no-pretrain", "--methods", "our", "--seeds", "0,1",
+                         "--out", str(out)])
     panels = summary["mnist"]["panels"]
     assert [p["method"] for p in panels] == ["truth", "our"]
     for p in panels:
         assert 0 <= p["homogeneity"] <= 1 and 0 <= p["completeness"] <= 1
     check_outputs(out, "tsne", ["mnist_tsne.png"])
+    # The scores are sklearn's for the labels the run kept, on the images it clustered.
+    from sklearn.metrics import completeness_score, homogeneity_score
+
+    from experiments import common
+
+    y = common.load_data("mnist", tsne.parse_args([*SMOKE])).y
+    kept = json.loads((out / "runs" / "mnist-our.json").read_text())["result"]["clusterings"]
+    ours = panels[1]
+    assert [c["seed"] for c in kept] == [s["seed"] for s in ours["per_seed"]] == [0, 1]
+    for c, s in zip(kept, ours["per_seed"]):
+        assert len(c["labels"]) == len(y) == 24
+        assert s["homogeneity"] == pytest.approx(homogeneity_score(y, c["labels"]), abs=1e-12)
+        assert s["completeness"] == pytest.approx(completeness_score(y, c["labels"]), abs=1e-12)
+    assert ours["homogeneity"] == pytest.approx(np.mean([s["homogeneity"] for s in ours["per_seed"]]))
 
 
 def test_confusion(data_env, tmp_path, capsys):
