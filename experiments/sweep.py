@@ -139,9 +139,9 @@ def main(argv=None):
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
             keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
                     for s in settings for seed in args.seeds}
-        same = ae.ident.split(":")[-1]
+        same = sweep.autoencoder_hash(ae.ident)
         mine = [r for r in records if r["dataset"] == args.dataset
-                and r["autoencoder_id"].split(":")[-1] == same]
+                and sweep.autoencoder_hash(r["autoencoder_id"]) == same]
         print(f"{len(mine)} of the file's records come from {ae.describe()}")
         print(sweep.format_summary(sweep.summarize(mine, keys), args.top))
         return 0

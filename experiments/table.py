@@ -184,13 +184,15 @@ def make_cell(res, ae, settings, seeds, args):
 
 
 def cell_is_current(cell, settings, seeds, ae, max_epochs=None):
-    """Whether a finished cell answers this request: same settings, seeds and auto-encoder,
-    and a smoke cell (--max-epochs) only for a smoke request with the same cap."""
+    """Whether a finished cell answers this request: same settings, seeds and auto-encoder (by
+    content: sweep.autoencoder_hash), and a smoke cell (--max-epochs) only for a smoke request
+    with the same cap."""
     from mesc_tf import sweep
 
     return (isinstance(cell, dict) and cell.get("settings") == sweep.normalized(settings)
             and cell.get("seeds_requested") == list(seeds)
-            and cell.get("autoencoder_id") == ae.ident
+            and sweep.autoencoder_hash(str(cell.get("autoencoder_id"))) ==
+            sweep.autoencoder_hash(ae.ident)
             and cell.get("max_epochs") == max_epochs)
 
 

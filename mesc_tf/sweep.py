@@ -173,7 +173,8 @@ def _sha256(paths) -> str:
 
 @dataclass(frozen=True)
 class AutoencoderSpec:
-    """Where a run's auto-encoder comes from; ``ident`` (kind + content hash) is in trial keys."""
+    """Where a run's auto-encoder comes from; ``ident`` (kind + content hash) is stored in the
+    records, its hash part (:func:`autoencoder_hash`) is in the keys."""
 
     kind: str  # "pretrained" | "weights" | "tf1" | "none"
     path: str | None = None
@@ -200,6 +201,13 @@ class AutoencoderSpec:
             arch, dataset=dataset, weights=self.path if self.kind in ("weights", "pretrained") else None,
             tf1_checkpoint=self.path if self.kind == "tf1" else None,
             no_pretrain=self.kind == "none")[0]
+
+
+def autoencoder_hash(ident: str) -> str:
+    """The content part of an ``ident`` ("pretrained:523d..." → "523d...", "none" → "none"):
+    what keys compare, so that a file counts the same whether it was named by --weights or
+    taken as the default."""
+    return ident.rpartition(":")[2]
 
 
 def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=False):
@@ -238,8 +246,8 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
 def trial_key(dataset: str, ae_ident: str, settings, seed: int) -> str:
     s = settings if isinstance(settings, dict) else normalized(settings)
     s = {k: FIELD_TYPES[k](s[k]) for k in FIELD_TYPES}
-    return json.dumps({"dataset": dataset, "autoencoder": ae_ident, "settings": s,
-                       "seed": int(seed)}, sort_keys=True)
+    return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
+                       "settings": s, "seed": int(seed)}, sort_keys=True)
 
 
 def record_key(rec: dict) -> str:
@@ -445,8 +453,8 @@ def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
 
     fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
     here = {k: v for k, v in machine().items() if k != "platform"}
-    return json.dumps({"dataset": dataset, "autoencoder": ae_ident, "train": fields,
-                       "steps": int(steps), "init_seed": int(init_seed),
+    return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
+                       "train": fields, "steps": int(steps), "init_seed": int(init_seed),
                        "tensorflow": tf.__version__, "threads": threads, "machine": here},
                       sort_keys=True)
 
@@ -664,7 +672,8 @@ def summarize(records, keys=None) -> list[dict]:
     for r in records:
         if keys is not None and record_key(r) not in keys:
             continue
-        skey = json.dumps({"ae": r["autoencoder_id"], "s": r["settings"]}, sort_keys=True)
+        skey = json.dumps({"ae": autoencoder_hash(r["autoencoder_id"]), "s": r["settings"]},
+                          sort_keys=True)
         row = rows.setdefault(skey, {"settings": r["settings"], "autoencoder_id":
                                      r["autoencoder_id"], "seeds": [], "acc": [], "nmi": [],
                                      "errors": 0, "train_s": r["timings"].get("train_s")})

@@ -190,6 +190,30 @@ def test_summary_only_keeps_the_chosen_autoencoders_records(toy_weights, tmp_pat
     assert "90.00" not in printed and "60.00" in printed and "50.00" in printed
 
 
+def test_an_autoencoder_counts_by_content_however_it_was_named():
+    """Trials and table cells made with pretrained/toy.h5 taken by default are reused when the
+    same file is named with --weights, and the other way round (committed records keep their
+    'pretrained:...' idents)."""
+    table = _script("table")
+    h = "523de47f455912c4" + "0" * 48
+    default = sweep.AutoencoderSpec("pretrained", "/repo/pretrained/toy.h5", h)
+    named = sweep.AutoencoderSpec("weights", "/elsewhere/toy.h5", h)
+    other = sweep.AutoencoderSpec("weights", "/elsewhere/x.h5", "f" * 64)
+    s = Settings(reg1=2.0)
+    done = sweep.done_keys([{"dataset": "toy", "autoencoder_id": default.ident, "seed": 0,
+                             "settings": s.to_dict()}])
+    assert sweep.plan([s], [0], named, "toy", done)[1] == 1
+    assert sweep.plan([s], [0], other, "toy", done)[1] == 0
+    cell = {"settings": sweep.normalized(s), "seeds_requested": [0],
+            "autoencoder_id": default.ident, "max_epochs": None}
+    assert table.cell_is_current(cell, s, [0], named)
+    assert not table.cell_is_current(cell, s, [0], other)
+    recs = [{"dataset": "toy", "autoencoder_id": ae.ident, "seed": seed, "error": None,
+             "settings": s.to_dict(), "timings": {}, "metrics": {"acc": 0.5, "nmi": 0.5}}
+            for ae, seed in ((default, 0), (named, 1))]
+    assert [r["seeds"] for r in sweep.summarize(recs)] == [[0, 1]]  # one setting, two seeds
+
+
 def test_summary_ranks_by_median_acc():
     def rec(reg1, seed, acc):
         return {"dataset": "toy", "autoencoder_id": "none", "seed": seed, "error": None,
