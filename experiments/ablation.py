@@ -18,7 +18,8 @@ The eight rows, numbered as in the paper (reference-facts §5.3):
   per seed), with the same number of steps.
 * Time: fine-tuning + post-clustering seconds, plus for pretrained rows the pretraining
   seconds stored in the .h5 metadata ('seconds'), as the paper counted (its times with
-  pretraining include pretraining). A TF1 checkpoint has no pretraining time (shown as –).
+  pretraining include pretraining). A TF1 checkpoint (or an .h5 without that metadata) has no
+  pretraining time: its total is marked "(no pretraining time)".
 """
 
 import sys
@@ -171,7 +172,7 @@ def markdown(summary, args):
         "total (pretraining + the rest). The paper's times are on its hardware; "
         "compare ratios, not seconds. Paper columns: reference-facts §5.3.",
         "",
-        f"Command: `python experiments/ablation.py {' '.join(sys.argv[1:])}`".rstrip(),
+        common.command_line(NAME),
     ]
     return "\n".join(lines) + "\n"
 

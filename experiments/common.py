@@ -24,6 +24,7 @@ re-implements them.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -85,16 +86,47 @@ def seeds_arg(text) -> list[int]:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds: ")) from None
 
 
+def add_seeds_arg(p, default, what="seeds of the clustering"):
+    """--seeds as every experiment takes it (0 1 2, 0,1,2, 0-2 or a mix); read it with
+    :func:`seeds_of`."""
+    p.add_argument("--seeds", nargs="+", type=seeds_arg, default=None, metavar="S",
+                   help=f"{what}: 0 1 2, 0,1,2 or 0-2; default {' '.join(map(str, default))}")
+
+
+def seeds_of(groups, default) -> list[int]:
+    """The seeds of an add_seeds_arg option, each once, in order; ``default`` if not given."""
+    if groups is None:
+        return list(default)
+    return list(dict.fromkeys(s for group in groups for s in group))
+
+
+def per_dataset(values, option, bare=True) -> dict:
+    """A repeatable [DATASET=]PATH option as {dataset: PATH}, a bare PATH (for every dataset;
+    refused unless ``bare``) under None. Bad entries raise one-line MescErrors."""
+    out = {}
+    for v in values or []:
+        key, sep, rest = v.partition("=")
+        if sep and key.lower() in DATASETS:
+            if not rest:
+                raise MescError(f"{option} {v}: no path after '='; give {key.lower()}=PATH")
+            out[key.lower()] = rest
+        elif sep and not Path(v).exists():
+            raise MescError(f"{option} {v}: {key!r} is not a dataset; use DATASET=PATH with one "
+                            f"of {', '.join(DATASETS)}")
+        elif not bare:
+            raise MescError(f"{option} {v}: give DATASET=PATH, e.g. orl={v}")
+        else:
+            out.setdefault(None, v)
+    return out
+
+
 def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     """The options every experiment shares. ``doc`` is the script's docstring."""
     p = cli.ArgumentParser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
                    default=list(datasets), metavar="NAME",
                    help=f"datasets (default: {' '.join(datasets)}; any of {', '.join(DATASETS)})")
-    p.add_argument("--seeds", nargs="+", type=seeds_arg, default=None, metavar="S",
-                   help=f"seeds of the clustering (and of he_normal starts): 0 1 2, 0,1,2 or "
-                        f"0-2, as table.py and sweep.py take them; default "
-                        f"{' '.join(map(str, seeds))}")
+    add_seeds_arg(p, seeds, "seeds of the clustering (and of he_normal starts)")
     p.set_defaults(default_seeds=list(seeds))
     if methods is not None:
         p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(methods),
@@ -143,11 +175,7 @@ def finish_args(p, args, scopes=tuple(METHODS)):
         for k in ("classes", "per_class", "epochs"):
             if getattr(args, k) is None:
                 setattr(args, k, SMOKE[k])
-        if args.seeds is None:
-            args.seeds = [list(SMOKE["seeds"])]
-    if args.seeds is None:
-        args.seeds = [list(args.default_seeds)]
-    args.seeds = list(dict.fromkeys(s for group in args.seeds for s in group))  # unique, ordered
+    args.seeds = seeds_of(args.seeds, SMOKE["seeds"] if args.smoke else args.default_seeds)
     args.datasets = list(dict.fromkeys(args.datasets))
     for k in ("classes", "per_class"):
         v = getattr(args, k)
@@ -157,6 +185,11 @@ def finish_args(p, args, scopes=tuple(METHODS)):
         p.error("--epochs must be >= 0")
     if args.no_pretrain and (args.weights or args.tf1_checkpoint):
         p.error("--no-pretrain cannot be combined with --weights or --tf1-checkpoint")
+    try:
+        per_dataset(args.weights, "--weights")
+        per_dataset(args.tf1_checkpoint, "--tf1-checkpoint")
+    except MescError as e:
+        p.error(str(e))
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
     args.overrides = _parse_sets(p, args.set, list(scopes))
@@ -272,18 +305,8 @@ def order_by_class(d: Data) -> Data:
 
 def _per_dataset(values, dataset, option):
     """The value of a repeatable [DATASET=]VALUE option for one dataset (None if not given)."""
-    found = None
-    for v in values:
-        key, sep, rest = v.partition("=")
-        if sep and key.lower() in DATASETS:
-            if key.lower() == dataset:
-                found = rest
-        elif sep and not Path(v).exists():
-            raise MescError(f"{option} {v}: {key!r} is not a dataset; use DATASET=PATH with one "
-                            f"of {', '.join(DATASETS)}")
-        else:
-            found = found or v  # a bare path applies to every dataset
-    return found
+    found = per_dataset(values, option)
+    return found.get(dataset) or found.get(None)  # a bare path applies to every dataset
 
 
 def _rel(path) -> str:
@@ -485,7 +508,7 @@ class Results:
         self.dir = Path(args.out)
         self.runs = self.dir / "runs"
         self.request = _norm(request)
-        cli.writable_dir(self.runs)
+        check_writable_dir(self.runs)  # made by the first record: an error before leaves none
         self.summary_path = self.dir / f"{args.experiment}.json"
         if self.summary_path.exists() and not args.force:
             try:
@@ -521,6 +544,7 @@ class Results:
 
     def put(self, key: str, spec: dict, result: dict) -> dict:
         rec = {"key": key, "spec": _norm(spec), "result": _norm(result)}
+        self.runs.mkdir(parents=True, exist_ok=True)
         cli.write_json(self.path(key), rec)
         self.computed += 1
         return rec
@@ -529,6 +553,7 @@ class Results:
         """Write the summary JSON and markdown, list every file written, print the markdown."""
         from mesc_tf.files import atomic_write_text
 
+        self.dir.mkdir(parents=True, exist_ok=True)
         cli.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,
             "command": " ".join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
@@ -541,13 +566,42 @@ class Results:
         print(markdown)
 
 
+def check_writable_dir(folder, option="--out DIR"):
+    """cli.writable_dir, leaving nothing behind: the folders it makes for the test are removed
+    again (the first file written makes them for good)."""
+    folder = Path(folder).absolute()
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        cli.writable_dir(folder, option)
+    finally:
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
+
+
 def _diff(old, new) -> str:
     if not isinstance(old, dict) or not isinstance(new, dict):
         return "unreadable"
-    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    shown = "; ".join(f"{k}: {json.dumps(old.get(k))[:60]} vs {json.dumps(new.get(k))[:60]}"
-                      for k in keys[:3])
+    shown = "; ".join(f"{k}: {json.dumps(a)[:60]} vs {json.dumps(b)[:60]}"
+                      for k, a, b in _differences(old, new)[:3])
     return shown or "same"
+
+
+def _differences(old, new, prefix=""):
+    """[(dotted key, old value, new value)] where two dicts differ, down into nested dicts."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append((f"{prefix}{k}", a, b))
+    return out
+
+
+def command_line(name: str) -> str:
+    """The markdown line naming the command that made a summary."""
+    return f"Command: `python experiments/{name}.py {' '.join(sys.argv[1:])}`".rstrip()
 
 
 def request_of(args, **extra) -> dict:

@@ -156,7 +156,7 @@ def markdown(summary, args):
     lines += ["Rows: true class; columns: predicted class after best_map; right column: recall, "
               "bottom row: precision (%). ACC/NMI: mean ± std over seeds "
               f"{' '.join(map(str, args.seeds))}.", "",
-              f"Command: `python experiments/confusion.py {' '.join(sys.argv[1:])}`".rstrip()]
+              common.command_line(NAME)]
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,13 @@ TERMS = (("loss", "total loss"), ("recon", r"reconstruction $\Sigma(x_r-x)^2$"),
 
 def parse_args(argv=None):
     p = common.parser(NAME, __doc__, datasets=("orl", "coil20", "eyaleb", "coil100"))
-    return common.finish_args(p, p.parse_args(argv))
+    args = common.finish_args(p, p.parse_args(argv))
+    for name in args.datasets:
+        steps = common.configure(common.preset(name, "our"), args, "our").epochs
+        if steps < 1:
+            p.error(f"{name}: {steps} fine-tuning steps make no curve; give --epochs (or --set "
+                    "epochs=) 1 or more")
+    return args
 
 
 def weighted(history, settings):
@@ -127,7 +133,7 @@ def markdown(summary, skipped, args):
               "Keras history. Paper: converges within about 100 iterations, and on ORL and "
               "EYaleB the objective rises during the first iterations.", "",
               "![convergence](convergence.png)", "",
-              f"Command: `python experiments/convergence.py {' '.join(sys.argv[1:])}`".rstrip()]
+              common.command_line(NAME)]
     return "\n".join(lines) + "\n"
 
 

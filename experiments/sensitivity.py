@@ -12,6 +12,7 @@ setting in mesc_tf/config.py. Each cell is fine-tuned once from the pretrained a
 randomness); the seeds change only the clustering, and the cell shows the mean ACC over them.
 """
 
+import math
 import sys
 from pathlib import Path
 
@@ -35,8 +36,15 @@ def parse_args(argv=None):
     smoke = args.smoke
     args.lambda1 = sorted(set(args.lambda1 or (SMOKE_GRID[0] if smoke else LAMBDA1)))
     args.lambda2 = sorted(set(args.lambda2 or (SMOKE_GRID[1] if smoke else LAMBDA2)))
-    if min(args.lambda1 + args.lambda2) < 0:
-        p.error("--lambda1/--lambda2 must be >= 0")
+    for option in ("lambda1", "lambda2"):
+        values = getattr(args, option)
+        if not all(math.isfinite(4 * v) for v in values) or min(values) < 0:  # reg = 4·λ
+            p.error(f"--{option} {' '.join(map(str, values))}: the values must be >= 0 and "
+                    "finite, 4·λ included")
+        for a, b in zip(values, values[1:]):  # sorted: equal spellings are neighbours
+            if fmt(a) == fmt(b):
+                p.error(f"--{option}: {a!r} and {b!r} are both {fmt(a)} in the run records' "
+                        "names; give values that differ in the first 6 digits")
     return args
 
 
@@ -155,7 +163,7 @@ def markdown(summary, args):
                 for j in range(len(args.lambda2))) + " |")
         lines.append("")
     lines += ["![sensitivity](sensitivity.png)", "",
-              f"Command: `python experiments/sensitivity.py {' '.join(sys.argv[1:])}`".rstrip()]
+              common.command_line(NAME)]
     return "\n".join(lines) + "\n"
 
 

@@ -189,7 +189,7 @@ def markdown(summary, args):
               "and nuclear = DSC-Net presets (coupled) with that regulariser, entropy = MESC-Net "
               f"(decoupled), see mesc_tf/config.py. ACC/NMI: mean ± std over seeds "
               f"{' '.join(map(str, args.seeds))} of the clustering.", "",
-              f"Command: `python experiments/toy_affinity.py {' '.join(sys.argv[1:])}`".rstrip()]
+              common.command_line(NAME)]
     return "\n".join(lines) + "\n"
 
 

@@ -169,7 +169,7 @@ def markdown(summary, args):
               "the ground truth, all images), mean ± std over seeds "
               f"{' '.join(map(str, args.seeds))}. "
               "Presets from mesc_tf/config.py.", "",
-              f"Command: `python experiments/tsne.py {' '.join(sys.argv[1:])}`".rstrip()]
+              common.command_line(NAME)]
     return "\n".join(lines) + "\n"
 
 

@@ -389,3 +389,45 @@ def test_figure_scripts_take_the_seed_forms_of_table_and_sweep():
     for argv, seeds in ((["--seeds", "0-2"], [0, 1, 2]), (["--seeds", "0", "1"], [0, 1]),
                         (["--seeds", "0,3", "1", "3"], [0, 3, 1]), ([], [0, 1, 2])):
         assert ablation.parse_args(argv).seeds == seeds
+
+
+@pytest.mark.parametrize("script,argv,message", [
+    ("convergence", ["--epochs", "0"], "0 fine-tuning steps make no curve"),
+    ("convergence", ["--set", "epochs=0"], "0 fine-tuning steps make no curve"),
+    ("convergence", ["--set", "our.epochs=0"], "0 fine-tuning steps make no curve"),
+    ("sensitivity", ["--lambda1", "nan"], "must be >= 0 and finite"),
+    ("sensitivity", ["--lambda2", "1", "inf"], "must be >= 0 and finite"),
+    ("sensitivity", ["--lambda1", "0.1234561", "0.1234562"], "are both 0.123456"),
+    ("tsne", ["--weights", "toy="], "--weights toy=: no path after '='"),
+    ("ablation", ["--tf1-checkpoint", "toy="], "--tf1-checkpoint toy=: no path after '='"),
+])
+def test_bad_values_are_refused_before_any_output(script, argv, message, capsys, tmp_path):
+    import importlib
+
+    mod = importlib.import_module(f"experiments.{script}")
+    with pytest.raises(SystemExit) as e:
+        mod.parse_args(["--datasets", "toy", "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_refused_record_names_the_settings_that_differ():
+    from experiments.common import _diff
+
+    old = {"dataset": "orl", "settings": {"reg1": 0.49, **{f"f{i}": i for i in range(30)}},
+           "seeds": [0]}
+    new = {**old, "settings": {**old["settings"], "reg1": 0.5}}
+    assert _diff(old, new) == "settings.reg1: 0.49 vs 0.5"
+    assert _diff(old, {**new, "seeds": [1]}) == "seeds: [0] vs [1]; settings.reg1: 0.49 vs 0.5"
+
+
+def test_an_error_before_the_first_run_leaves_no_output_folder(tmp_path):
+    from experiments import ablation
+    from mesc_tf.errors import MescError
+
+    out = tmp_path / "new" / "ablation"
+    with pytest.raises(MescError, match="data file not found"):
+        ablation.main(["--datasets", "toy", "--rows", "2", "--data-dir", str(tmp_path / "none"),
+                       "--epochs", "2", "--seeds", "0", "--quiet", "--out", str(out)])
+    assert not list(tmp_path.iterdir())
