@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/table.py
 
+from experiments import common  # noqa: E402
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS  # noqa: E402
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
@@ -33,7 +34,7 @@ def parse_args(argv=None):
                    help="datasets (default: orl coil20 toy)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=["our"],
                    metavar="M", help=f"methods (default: our; any of {', '.join(METHODS)})")
-    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0,1,2,3,4)")
+    common.add_seeds_arg(p, (0, 1, 2, 3, 4))
     p.add_argument("--tf1-dir", default=str(default_tf1_dir()),
                    help="folder of the original checkpoints (default: $MESC_TF1_DIR, then "
                         "../shared/pretrained-tf1)")
@@ -55,15 +56,9 @@ def parse_args(argv=None):
     if args.out is None and args.max_epochs is not None:
         p.error("--max-epochs (a smoke test) needs --out DIR: it would replace rows of the "
                 "committed comparison in experiments/results/autoencoders")
-    args.out = args.out or "experiments/results/autoencoders"
-    from mesc_tf.errors import MescError
-    from mesc_tf.sweep import parse_seeds
-
-    try:
-        parse_seeds(args.seeds)
-    except MescError as e:
-        p.error(str(e))
-    args.out, args.tf1_dir = Path(args.out), Path(args.tf1_dir)
+    args.seeds = common.seeds_of(args.seeds, (0, 1, 2, 3, 4))
+    args.out = Path(args.out) if args.out else common.RESULTS_DIR / "autoencoders"
+    args.tf1_dir = Path(args.tf1_dir)
     for d in args.datasets:
         ckpt = args.tf1_dir / ORIGINAL_CHECKPOINTS[d]
         if not Path(str(ckpt) + ".index").is_file():
@@ -187,19 +182,20 @@ def main(argv=None):
     args = parse_args(argv)
     import table
 
-    from mesc_tf import data, sweep
+    from mesc_tf import data
     from mesc_tf.files import atomic_write_text
 
     data_dir = data.find_data_dir(args.data_dir)
     # Datasets compared by earlier runs keep their rows, as table.py keeps its cells. Read
     # before the long runs, so that an unreadable file stops us before they start.
     summary = table.load_table(args.out / "autoencoders.json")
-    common = ["--datasets", *args.datasets, "--methods", *args.methods, "--seeds", args.seeds,
+    shared = ["--datasets", *args.datasets, "--methods", *args.methods,
+              "--seeds", ",".join(map(str, args.seeds)),
               "--jobs", str(args.jobs), "--data-dir", str(data_dir),
               *(["--force"] if args.force else []),
               *(["--max-epochs", str(args.max_epochs)] if args.max_epochs is not None else [])]
-    ours = table.main([*common, "--out", str(args.out / "ours")])
-    original = table.main([*common, "--out", str(args.out / "original"), *[
+    ours = table.main([*shared, "--out", str(args.out / "ours")])
+    original = table.main([*shared, "--out", str(args.out / "original"), *[
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
     for d in args.datasets:
@@ -210,7 +206,7 @@ def main(argv=None):
                             "original": {k: original[d][m].get(k) for k in keep}}
                         for m in args.methods})
         diag = autoencoder_diagnostics(d, data_dir, args.tf1_dir / ORIGINAL_CHECKPOINTS[d],
-                                       sweep.parse_seeds(args.seeds))
+                                       args.seeds)
         summary[d] = {
             "relative_error": {k: v.pop("relative_error") for k, v in diag.items()},
             "codes": diag,

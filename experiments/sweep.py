@@ -19,8 +19,8 @@ that C; and the step counts are swept in one run: epochs=50,100,200 is one 200-s
 Keras callback copying C after steps 50 and 100. Training groups run in --jobs joblib (loky)
 worker processes, each importing TF once and limited to --threads-per-job threads. With
 --coef-cache DIR the trained C's are kept on disk, so that a later sweep of the post-clustering
-settings or seeds on the same training (same auto-encoder, training fields, step count and
-TensorFlow version) reads C instead of fine-tuning again.
+settings or seeds on the same training (same auto-encoder content, training fields, step count,
+TensorFlow version, threads per job and machine) reads C instead of fine-tuning again.
 
 At the end the best settings by median ACC over the seeds are printed, with mean ± std.
 """
@@ -34,10 +34,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker proces
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
+from experiments import common  # noqa: E402
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import METHODS  # noqa: E402
 
-DEFAULT_OUT = Path("experiments") / "results" / "sweeps"
+DEFAULT_OUT = common.RESULTS_DIR / "sweeps"  # in the checkout, wherever the command runs
 
 
 def parse_args(argv=None):
@@ -48,7 +49,7 @@ def parse_args(argv=None):
                    "(one quoted string or several arguments); empty: the method's settings")
     p.add_argument("--method", default="our", choices=METHODS,
                    help="settings the grid starts from (config.method_settings; default our)")
-    p.add_argument("--seeds", default="0", help="seeds, e.g. 0,1,2 or 0-4 (default 0)")
+    common.add_seeds_arg(p, (0,))
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="parallel worker processes (default: 2, or 1 on a 1-core machine)")
     p.add_argument("--threads-per-job", type=int,
@@ -84,19 +85,16 @@ def parse_args(argv=None):
     from mesc_tf import sweep
     from mesc_tf.errors import MescError
 
-    try:  # bad grids and seeds are usage errors: one line, exit status 2
+    try:  # a bad grid is a usage error: one line, exit status 2
         args.grid = sweep.parse_grid(args.grid)
-        args.seeds = sweep.parse_seeds(args.seeds)
     except MescError as e:
         p.error(str(e))
-    if args.coef_cache:
+    args.seeds = common.seeds_of(args.seeds, (0,))
+    if args.coef_cache:  # checked now, made by the first C stored in it
         try:
-            Path(args.coef_cache).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            p.error(f"--coef-cache: cannot create {args.coef_cache} ({e.strerror}); give a "
-                    "writable folder")
-        if not os.access(args.coef_cache, os.W_OK):
-            p.error(f"--coef-cache: {args.coef_cache} is not writable; give a writable folder")
+            common.check_writable_dir(args.coef_cache, "--coef-cache DIR")
+        except MescError as e:
+            p.error(f"--coef-cache: {e}")
     if args.threads_per_job is None and args.jobs > 1:
         args.threads_per_job = 1
     args.out = Path(args.out) if args.out else DEFAULT_OUT / f"{args.dataset}.jsonl"

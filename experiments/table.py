@@ -30,11 +30,14 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker processes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout too
 
+from experiments import common  # noqa: E402
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS  # noqa: E402
 
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 PAPER_DATASETS = ("orl", "coil20", "coil40", "coil100", "eyaleb", "usps", "mnist")
 METHOD_NAMES = {"our": "Our (MESC-Net)", "our_wo_net": "Our w/o Net",
                 "dsc_l1": "DSC-Net-L1", "dsc_l2": "DSC-Net-L2"}
@@ -65,18 +68,10 @@ def _names(values, allowed, what):
     bad = [v for v in out if v not in allowed]
     if bad:
         raise ValueError(f"unknown {what} {bad[0]!r}; choose from {', '.join(allowed)}")
+    if not out:
+        raise ValueError(f"no {what} in {' '.join(values)!r}; name at least one of "
+                         f"{', '.join(allowed)}")
     return list(dict.fromkeys(out))
-
-
-def _per_dataset(values, what):
-    out = {}
-    for v in values or []:
-        name, eq, path = v.partition("=")
-        if not eq or name.lower() not in DATASETS or not path:
-            example = "orl=original" if what == "tf1-checkpoint" else "orl=pretrained/orl.h5"
-            raise ValueError(f"--{what} takes DATASET=PATH (e.g. {example}), got {v!r}")
-        out[name.lower()] = path
-    return out
 
 
 def parse_args(argv=None):
@@ -85,7 +80,7 @@ def parse_args(argv=None):
                    "paper dataset whose data and auto-encoder are present)")
     p.add_argument("--methods", nargs="+", default=[",".join(METHODS)],
                    help=f"methods (default {','.join(METHODS)})")
-    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (default 0,1,2,3,4)")
+    common.add_seeds_arg(p, DEFAULT_SEEDS)
     p.add_argument("--out", help="output folder (default experiments/results; required with "
                    "--max-epochs, so that a smoke test never writes into the committed table)")
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
@@ -101,16 +96,16 @@ def parse_args(argv=None):
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (cells are flagged)")
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
     args = p.parse_args(argv)
-    from mesc_tf import sweep
     from mesc_tf.errors import MescError
 
     try:
         args.explicit = args.datasets is not None
         args.datasets = _names(args.datasets or PAPER_DATASETS, list(DATASETS), "dataset")
         args.methods = _names(args.methods, METHODS, "method")
-        args.seeds = sweep.parse_seeds(args.seeds)
-        args.weights = _per_dataset(args.weights, "weights")
-        args.tf1_checkpoint = _per_dataset(args.tf1_checkpoint, "tf1-checkpoint")
+        args.seeds = common.seeds_of(args.seeds, DEFAULT_SEEDS)
+        args.weights = common.per_dataset(args.weights, "--weights", bare=False)
+        args.tf1_checkpoint = common.per_dataset(args.tf1_checkpoint, "--tf1-checkpoint",
+                                                 bare=False)
     except (ValueError, MescError) as e:
         p.error(str(e))
     if set(args.weights) & set(args.tf1_checkpoint):
@@ -126,7 +121,7 @@ def parse_args(argv=None):
                 "committed table in experiments/results")
     if args.threads_per_job is None and args.jobs > 1:
         args.threads_per_job = 1
-    args.out = Path(args.out or "experiments/results")
+    args.out = Path(args.out) if args.out else common.RESULTS_DIR  # not the current folder's
     return args
 
 

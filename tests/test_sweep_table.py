@@ -105,8 +105,18 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
     p = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--dataset", "orl",
                         "--coef-cache", str(blocker / "cache"), "--dry-run"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2
-    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: --coef-cache: cannot create")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("error: --coef-cache: output directory") and "Not a dir" in p.stderr
+
+
+def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
+    """Checked at once, but a run that stores nothing (--dry-run, --summary-only, an error
+    before training) leaves no folder."""
+    script = _script("sweep")
+    for flag in ("--dry-run", "--summary-only"):
+        args = script.parse_args(["--dataset", "toy", "--coef-cache", str(tmp_path / "a" / "c"),
+                                  flag])
+        assert args.coef_cache and not list(tmp_path.iterdir())
 
 
 def test_our_wo_net_takes_a_datasets_coupled_settings():
@@ -460,7 +470,40 @@ def test_table_smoke_run_needs_its_own_out():
     with pytest.raises(SystemExit) as e:
         mod.parse_args(["--datasets", "toy", "--max-epochs", "2"])
     assert e.value.code == 2
-    assert mod.parse_args(["--datasets", "toy"]).out == Path("experiments/results")
+    assert mod.parse_args(["--datasets", "toy"]).out == REPO / "experiments" / "results"
+
+
+def test_default_outputs_are_in_the_checkout_wherever_the_command_runs(tf1_ckpts, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    results = REPO / "experiments" / "results"
+    assert _script("table").parse_args(["--datasets", "toy"]).out == results
+    assert _script("sweep").parse_args(["--dataset", "toy"]).out == results / "sweeps" / "toy.jsonl"
+    tf1_dir = tf1_ckpts["coil20"].parents[2]
+    assert (_script("compare_autoencoders").parse_args(["--datasets", "toy", "--tf1-dir",
+                                                        str(tf1_dir)]).out
+            == results / "autoencoders")
+
+
+def test_table_sweep_and_compare_ae_take_the_seed_forms_of_the_figure_scripts(tf1_ckpts):
+    tf1 = ["--tf1-dir", str(tf1_ckpts["coil20"].parents[2])]
+    for name, argv, default in (("table", [], [0, 1, 2, 3, 4]), ("sweep", [], [0]),
+                                ("compare_autoencoders", tf1, [0, 1, 2, 3, 4])):
+        mod, flag = _script(name), "--dataset" if name == "sweep" else "--datasets"
+        assert mod.parse_args([flag, "toy", *argv]).seeds == default
+        assert mod.parse_args([flag, "toy", *argv, "--seeds", "0", "4-5", "1,0"]).seeds == [0, 4,
+                                                                                            5, 1]
+
+
+@pytest.mark.parametrize("argv, needle", [(["--datasets", ","], "no dataset in ','"),
+                                          (["--methods", " , "], "no method in"),
+                                          (["--weights", "toy="], "no path after '='"),
+                                          (["--weights", "toy.h5"], "give DATASET=PATH")])
+def test_table_refuses_empty_lists_and_paths(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        _script("table").parse_args(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and err.count("\n") == 1, err
 
 
 def test_table_and_compare_ae_check_their_counts(capsys):
