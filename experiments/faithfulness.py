@@ -106,7 +106,9 @@ def load_against(path, n):
     return c
 
 
-def main(argv=None):
+def main(argv=None, cleanup=None):
+    """``cleanup``: filled with the folders made for --json, for main_guard to remove on an
+    error (see :func:`run`)."""
     args = parse_args(argv)
     import gc
 
@@ -131,7 +133,9 @@ def main(argv=None):
         x = x[:: len(x) // args.samples][: args.samples]
     against = load_against(args.against, len(x)) if args.against else None
     if args.json:
-        cli.prepare_out_file(args.json, force=args.force, what="--json file")
+        made = cli.prepare_out_file(args.json, force=args.force, what="--json file")
+        if cleanup is not None:
+            cleanup.extend(made)
 
     from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
     from mesc_tf.weights import load_tf1_checkpoint, read_tf1_checkpoint
@@ -190,5 +194,12 @@ def main(argv=None):
     return figures
 
 
+def run(argv=None):
+    """The command: main with one-line errors, leaving no folder behind after one."""
+    cleanup = []
+    return cli.main_guard(lambda: main(argv, cleanup), cleanup,
+                          interrupted=lambda: "interrupted; nothing was written")
+
+
 if __name__ == "__main__":
-    cli.main_guard(main, interrupted=lambda: "interrupted; nothing was written")
+    run()

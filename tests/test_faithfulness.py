@@ -152,6 +152,19 @@ def test_faithfulness_command_refuses_bad_input(argv, message, tf1_ckpts, shared
     assert err.count("\n") == 1 and not (tmp_path / "f.json").exists()
 
 
+def test_faithfulness_command_leaves_no_folder_after_an_error(shared_data, tmp_path,
+                                                             monkeypatch, capsys):
+    """The folders made for --json go again when the run fails (here: no such checkpoint)."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    with pytest.raises(SystemExit) as e:
+        load_script("faithfulness").run(["--dataset", "toy", "--epochs", "2", "--tf1-checkpoint",
+                                         "/nonexistent/model.ckpt", "--json",
+                                         str(tmp_path / "new" / "f.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "cannot read TF1 checkpoint" in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
 def test_orl_coupled_entropy_matches_oracle(tf1_ckpts, shared_data):
     """'Our w/o Net': the same loss on the coupled graph, 100 steps. The first 10 ORL subjects
     keep it fast; the reconstruction's path through C is what differs from the test above."""
