@@ -102,19 +102,18 @@ def parse_args(argv=None):
 
 
 def _check_writable(out):
-    """Fail before any training if the results file cannot be appended to."""
+    """Fail before any training if the results file cannot be appended to; leaves nothing
+    behind (the first record makes the file and its folder: sweep.append_jsonl)."""
     from mesc_tf.errors import MescError
 
-    created = not out.exists()
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "a"):
-            pass
-    except OSError as e:
-        raise MescError(f"cannot write the sweep results {out} ({e.strerror}); pass a writable "
-                        "--out FILE") from None
-    if created:
-        out.unlink()  # the first record creates it again
+    common.check_writable_dir(out.parent, "--out FILE")
+    if out.exists():
+        try:
+            with open(out, "a"):
+                pass
+        except OSError as e:
+            raise MescError(f"cannot write the sweep results {out} ({e.strerror}); pass a "
+                            "writable --out FILE") from None
 
 
 def main(argv=None):

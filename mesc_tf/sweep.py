@@ -314,6 +314,7 @@ def append_jsonl(path, record: dict):
     from mesc_tf.cli import _default
 
     data = (json.dumps(record, default=_default, sort_keys=True) + "\n").encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # the first record makes the folder
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -354,6 +354,16 @@ def test_unwritable_outputs_fail_before_training(shared_data, toy_weights, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
+def test_a_sweep_that_fails_before_its_first_record_leaves_no_folder(toy_weights, tmp_path):
+    (tmp_path / "data").mkdir()  # no COIL20.mat: the worker's data loading fails
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--grid",
+            "epochs=2", "--data-dir", str(tmp_path / "data"), "--out",
+            str(tmp_path / "new" / "toy.jsonl"), "--coef-cache", str(tmp_path / "cache")]
+    with pytest.raises(MescError, match="data file not found"):
+        _script("sweep").main(argv)
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]
+
+
 def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_weights,
                                                              tmp_path, capsys, monkeypatch):
     """A sweep with --coef-cache stores C; a second sweep of other post-clustering settings
