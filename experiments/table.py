@@ -303,7 +303,7 @@ def main(argv=None):
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)
             todo.append((d, m, ae, s, sweep.Group(s, trials, 0, tag=m)))
-    cli.writable_dir(args.out)  # once the datasets are checked, before any cell runs
+    common.check_writable_dir(args.out)  # before any cell runs; made by the first cell
     for line in skipped:
         print(f"skipped {line}")
     print(f"{len(todo)} cells to run, {kept} kept from {json_path}; seeds {args.seeds}, "
@@ -317,6 +317,7 @@ def main(argv=None):
         # beside a `make table DATASETS=orl` keeps the other's cells.
         from mesc_tf.files import atomic_write_text
 
+        args.out.mkdir(parents=True, exist_ok=True)
         with _locked(args.out / ".main_table.lock"):
             merged = load_table(json_path)
             for (d, m), cell in ran.items():

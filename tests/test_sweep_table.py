@@ -542,6 +542,17 @@ def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
     assert table.cell_is_current({**cell, "max_epochs": None}, s, [0], ae)
 
 
+def test_table_that_fails_before_its_first_cell_leaves_no_folder(shared_data, toy_weights,
+                                                                 tmp_path, monkeypatch):
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.setenv("MESC_MEMORY_LIMIT_BYTES", "1000")  # sweep.memory_check refuses
+    with pytest.raises(MescError, match="GiB"):
+        _script("table").main(["--datasets", "toy", "--methods", "our", "--seeds", "0",
+                               "--weights", f"toy={toy_weights}", "--max-epochs", "2",
+                               "--out", str(tmp_path / "t")])
+    assert not (tmp_path / "t").exists()
+
+
 def test_table_with_missing_data_creates_no_folder(tmp_path):
     table = _script("table")
     (tmp_path / "data").mkdir()
