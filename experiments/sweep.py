@@ -49,7 +49,8 @@ def parse_args(argv=None):
                    "(one quoted string or several arguments); empty: the method's settings")
     p.add_argument("--method", default="our", choices=METHODS,
                    help="settings the grid starts from (config.method_settings; default our)")
-    common.add_seeds_arg(p, (0,))
+    common.add_seeds_arg(p, (0,), "seeds of the clustering (and, with --no-pretrain, of the "
+                         "he_normal start)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="parallel worker processes (default: 2, or 1 on a 1-core machine)")
     p.add_argument("--threads-per-job", type=int,
