@@ -197,17 +197,17 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
             net, x, schedule.max_steps, schedule.lr, batch_size=batch_size, seed=seed,
             verbose=verbose, log_dir=log_dir, backup_dir=backup_dir,
             checkpoint_every=checkpoint_every, callbacks=callbacks, jit_compile=jit_compile)
-        steps, errors = int(net.optimizer.iterations.numpy()), history["rel_err"]
+        steps = int(net.optimizer.iterations.numpy())  # a resumed run's too
         final_lr = float(keras.ops.convert_to_numpy(net.optimizer.learning_rate))
     else:  # no training: only the rescaling below, of ``init``
-        history, seconds, steps, errors, final_lr = {}, 0.0, 0, [], None
+        history, seconds, steps, final_lr = {}, 0.0, 0, None
     factors = (rescale_activations(ae, x, schedule.activation_scale)
                if schedule.activation_scale else None)
     return ae, {"steps": steps, "seconds": seconds, "batch_size": batch_size,
                 # The weights returned: those after the step of EarlyStopping's best epoch (its
                 # last improvement by min_delta, not always the lowest error logged; epochs
                 # count from the start, a resumed run's too).
-                "best_step": int(early.best_epoch) + 1 if len(errors) else 0,
+                "best_step": int(early.best_epoch) + 1 if steps else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
                 "channel_activity": {k: [round(float(v), 4) for v in a]
                                      for k, a in channel_activity(ae, x).items()},

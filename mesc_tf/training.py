@@ -222,11 +222,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     (or during either) leaves an inconsistent or broken backup. Here every ``every`` epochs the
     full state (model weights, C, Adam slots and step counter, all in ``save_weights``) goes to
     a new file through a temporary name and ``os.replace``; then a small JSON naming that file
-    and the epoch is replaced the same way. Training has no randomness after initialisation,
-    so weights + optimizer state + epoch, with the counters and best weights of the
-    ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau; in the JSON), is the whole
-    training state: a resumed run stops, halves its rate and keeps the weights the
-    uninterrupted run would.
+    and the epoch is replaced the same way. The last step, and a step after which a callback
+    stopped training, are always saved. Weights + optimizer state + epoch, with the counters
+    and best weights of the ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau), whether
+    training had stopped and the last step's logs (in the JSON), is the whole training state:
+    the only randomness after initialisation, the minibatch order, depends on (seed, step)
+    alone (:func:`minibatches`). So a resumed run stops, halves its rate and keeps the weights
+    the uninterrupted run would.
     """
 
     def __init__(self, backup_dir, every=1, stateful=()):
@@ -236,10 +238,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._state_path = Path(backup_dir) / "state.json"
         # Training seconds of the steps in the backup, over every process that ran them.
         self._seconds_before, self._started = 0.0, time.perf_counter()
+        self._logs = {}
 
     def on_epoch_end(self, epoch, logs=None):
+        # After the other callbacks' on_epoch_end (fit_steps puts this one last): stop_training
+        # already says whether one of them stopped training at this step.
         self._current_epoch = epoch + 1
-        if self._current_epoch % self.every == 0 or self._current_epoch == self.params.get("epochs"):
+        self._logs = {k: float(v) for k, v in (logs or {}).items()}
+        if (self._current_epoch % self.every == 0 or self.model.stop_training
+                or self._current_epoch == self.params.get("epochs")):
             self._save_model()
 
     def _save_model(self):
@@ -253,6 +260,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         seconds = self._seconds_before + time.perf_counter() - self._started
         atomic_write_text(self._state_path, json.dumps({
             "epoch": self._current_epoch, "weights": name, "seconds": seconds,
+            "stopped": bool(self.model.stop_training), "logs": self._logs,
             "callbacks": {type(cb).__name__: _callback_state(cb) for cb in self.stateful}}))
         # Only now is the previous state unreferenced. Also drop temporary files a kill
         # left behind (they are never read: state.json names only finished files).
@@ -324,11 +332,14 @@ def fit_steps(model, x, epochs, lr, *, batch_size=None, seed=0, verbose=1, log_d
     the training state is saved atomically every ``checkpoint_every`` steps and an existing
     backup there is resumed from.
     """
+    resumed = (read_backup_state(backup_dir) if backup_dir is not None
+               and (Path(backup_dir) / "state.json").exists() else {})
+    if resumed.get("stopped"):  # a callback had stopped training there: no step, only the
+        epochs = resumed["epoch"]  # callbacks' on_train_end (EarlyStopping's best weights)
     if batch_size is None or batch_size >= len(x):
         data = full_batch(x)
     else:  # a resumed run continues the stream of batches at the step it restores
-        start = resumed_epoch(backup_dir) if backup_dir is not None else 0
-        data = minibatches(x, batch_size, seed, start)
+        data = minibatches(x, batch_size, seed, resumed.get("epoch", 0))
     model.compile(optimizer=adam(lr), jit_compile=jit_compile)
     tf.get_logger().addFilter(_EXPECTED_RETRACING)  # once: the same filter is not added twice
     cbs = list(callbacks)

@@ -176,6 +176,31 @@ def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_ru
         pipeline.pretrain(x, ARCH, schedule.replace(max_steps=60), verbose=0, backup_dir=backup)
 
 
+@pytest.mark.parametrize("stop", ["early_stopping", "target", "max_steps"])
+def test_a_checkpoint_of_a_finished_run_resumes_without_a_step(x, tmp_path, stop):
+    """Killed after its last step but before the .h5 is written, a run resumed from that
+    checkpoint takes no further step (Keras would start the next epoch) and returns the
+    uninterrupted run's weights, step count and best step."""
+    schedule = {"early_stopping": Pretrain(lr=0.3, max_steps=40, patience=12, lr_patience=3),
+                "target": Pretrain(lr=1e-2, max_steps=40, patience=40, target=0.87),
+                "max_steps": Pretrain(lr=1e-2, max_steps=6, patience=6)}[stop]
+    configure_runtime(0)
+    ae, whole = pipeline.pretrain(x, ARCH, schedule, verbose=0, backup_dir=tmp_path / "ckpt",
+                                  checkpoint_every=1)
+    assert (whole["steps"] < schedule.max_steps) == (stop != "max_steps")
+    state = json.loads((tmp_path / "ckpt" / "state.json").read_text())
+    assert state["epoch"] == whole["steps"] and state["stopped"] == (stop != "max_steps")
+    assert state["logs"]["rel_err"] == pytest.approx(whole["history"]["rel_err"][-1], rel=1e-6)
+    configure_runtime(1)  # the checkpoint, not the seed, restores the state
+    again_ae, again = pipeline.pretrain(x, ARCH, schedule, verbose=0,
+                                        backup_dir=tmp_path / "ckpt", checkpoint_every=1)
+    assert again["history"] == {}  # no step
+    for key in ("steps", "best_step", "final_lr", "relative_error"):
+        assert again[key] == whole[key], key
+    for a, b in zip(ae.get_weights(), again_ae.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeypatch):
     size = pipeline.pretrain_batch_size
     per_image = pipeline._training_bytes_per_image(ARCH)
@@ -202,10 +227,6 @@ def test_pretrain_command_checks_the_new_options(capsys):
     spec.loader.exec_module(mod)
     for argv, needle in ((["--target", "1.5"], "--target must be in [0, 1)"),
                          (["--initializer", "zeros"], "invalid choice"),
-                         (["--resume", "--lr", "3e-3"], "--lr cannot be combined with --resume"),
-                         (["--resume", "--init", "a.h5"], "--init cannot be combined"),
-                         (["--resume", "--initializer", "glorot_uniform"],
-                          "--initializer cannot be combined"),
                          (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),
                          (["--activation-scale", "-1"], "must be a finite number >= 0"),
                          (["--activation-scale", "1,0,1,1,1"], "finite numbers > 0"),
