@@ -76,12 +76,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         p.error("--checkpoint-every must be >= 1")
-    # The checkpoint restores the weights and the optimizer, learning rate included (possibly
-    # halved by then); an --lr or --init given with --resume would be silently overridden.
-    for name in ("lr", "init", "initializer"):
-        if args.resume and getattr(args, name) is not None:
-            p.error(f"--{name} cannot be combined with --resume: the checkpoint restores the "
-                    "weights and learning rate it had reached; resume without it")
     if args.max_steps == 0 and not args.init:
         p.error("--max-steps 0 trains nothing: give --init H5 to rescale that auto-encoder")
     inf = float("inf")
@@ -158,13 +152,20 @@ def main(argv=None, cleanup=None):
             raise MescError(f"cannot read {run_file}, the batch size and seed of the checkpoint; "
                             f"delete {ckpt} (or pass --force without --resume) to start over"
                             ) from None
-        for name in ("batch_size", "seed"):
+        # The same command with --resume carries on; an option that contradicts the checkpoint
+        # (it restores the weights, and the learning rate they had reached) is refused.
+        for name in ("batch_size", "seed", "lr", "initializer", "init"):
             given, kept = getattr(args, name), recorded[name]
-            if given is not None and kept is not None and given != kept:
+            if name == "init" and given is not None and kept is not None:
+                given, kept = Path(given).resolve(), Path(kept).resolve()
+            if given is not None and kept is not None and given != kept:  # None: not recorded
                 raise MescError(f"--{name.replace('_', '-')} {given} differs from the {kept} "
                                 f"the checkpoint {ckpt} was made with; resume without it")
         seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
         batch_size = recorded["batch_size"]
+        # The schedule the checkpoint's run started with (the rate also bounds its halving).
+        schedule = schedule.replace(**{k: recorded[k] for k in ("lr", "initializer")
+                                       if recorded[k] is not None})
     else:
         seed = args.seed or 0
         requested = args.batch_size if args.batch_size is not None else schedule.batch_size

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import METHODS, POST_METHODS  # noqa: E402
+from mesc_tf.files import read_backup_state  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -85,6 +86,7 @@ def main(argv=None, cleanup=None):
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
     _checkpointing[0] = backup is not None
     saved = _check_checkpoint(args, out, settings)
+    before = read_backup_state(backup) if args.resume else None  # the steps kept, their seconds
     if args.resume and args.checkpoint_every is None:  # keep saving as the first run did
         args.checkpoint_every = saved.get("checkpoint_every")
     if args.save_coef:
@@ -128,6 +130,12 @@ def main(argv=None, cleanup=None):
     if args.save_coef:
         cli.save_npy(args.save_coef, result["coef"])
     m = result["metrics"]
+    timings = {"load_s": load_s, **result["timings"]}
+    final = {k: float(v[-1]) for k, v in result["history"].items() if len(v)}
+    if before is not None:
+        timings["train_s"] += before["seconds"]  # every process's training time of the steps
+        if not final:  # no step ran here (a finished run clustered again): the checkpoint's
+            final = read_backup_state(backup).get("logs", {})
     print("  ".join(f"{k.upper()} {v:.4f}" for k, v in m.items()))
     note = pipeline.empty_clusters_note(result["postcluster"], ds.n_clusters)
     if note:
@@ -136,9 +144,9 @@ def main(argv=None, cleanup=None):
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
         "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
         "autoencoder": ae_source,
-        "metrics": m, "timings": {"load_s": load_s, **result["timings"]},
-        "postcluster": result["postcluster"],
-        "final_losses": {k: float(v[-1]) for k, v in result["history"].items() if len(v)},
+        "resumed_at_step": before["epoch"] if before is not None else None,
+        "metrics": m, "timings": timings, "postcluster": result["postcluster"],
+        "final_losses": final,
         "command": " ".join(sys.argv), "versions": cli.versions(),
     })
     print(f"results: {out / 'results.json'}")
@@ -158,7 +166,8 @@ def _weights_file(args):
 
 def _run_identity(args, settings):
     """What a checkpoint must agree on to be resumed: not --epochs (it may grow), nor the
-    post-clustering settings (they act on the C that training gives)."""
+    post-clustering settings (they act on the C that training gives), nor the seed unless
+    training started from fresh weights (see _check_checkpoint)."""
     s = settings.to_dict()
     for name in ("epochs", "thr", "subspace_dim", "power", "variant"):
         s.pop(name)
@@ -176,7 +185,6 @@ def _check_checkpoint(args, out, settings):
     import json
 
     from mesc_tf.errors import MescError
-    from mesc_tf.files import read_backup_state
 
     ckpt = out / "checkpoint"
     state = ckpt / "state.json"
@@ -198,7 +206,9 @@ def _check_checkpoint(args, out, settings):
                         "--resume to start over") from None
     if saved:
         now = json.loads(json.dumps(_run_identity(args, settings)))
-        diff = sorted(k for k in now if saved.get(k) != now[k])
+        # From pretrained weights (C starts at a constant) the seed only seeds the clustering.
+        free = set() if args.no_pretrain else {"seed"}
+        diff = sorted(k for k in now if k not in free and saved.get(k) != now[k])
         if diff:
             raise MescError(f"the checkpoint in {ckpt} was made with other options "
                             f"({', '.join(f'{k}: {saved.get(k)} now {now.get(k)}' for k in diff)}); "

@@ -128,6 +128,9 @@ def files(tmp_path_factory):
     write_fea_gnd(d / "inf" / "ORL_32x32.mat", 40, 3)
     scipy.io.savemat(str(d / "inf" / "ORL_32x32.mat"), {"fea": fea, "gnd": gnd})
     write_fea_gnd(d / "few" / "ORL_32x32.mat", 30, 1)  # 30 images for 40 clusters
+    (d / "no_samples").mkdir()
+    scipy.io.savemat(str(d / "no_samples" / "ORL_32x32.mat"),
+                     {"fea": np.zeros((0, 1024)), "gnd": np.zeros((0, 1))})
     fea, gnd = write_fea_gnd(d / "emptyclass" / "ORL_32x32.mat", 40, 3)
     gnd[gnd == 7] = 8  # class 7 has no image
     scipy.io.savemat(str(d / "emptyclass" / "ORL_32x32.mat"), {"fea": fea, "gnd": gnd})
@@ -186,6 +189,7 @@ RUN_CASES = {
     "inf-in-data": (lambda f: [*ORL, *_data("inf")(f)], ["NaN or infinite"]),
     "fewer-samples-than-clusters": (lambda f: [*ORL, *_data("few")(f)],
                                     ["30 images for 40 clusters"]),
+    "no-samples": (lambda f: [*ORL, *_data("no_samples")(f)], ["fea holds no samples"]),
     "empty-class": (lambda f: [*ORL, *_data("emptyclass")(f)], ["39 distinct classes"]),
     "corrupt-h5": (lambda f: ["--dataset", "orl", *_data("orl")(f), "--weights", f["bad_h5"]],
                    ["cannot read auto-encoder file", "bad.h5"]),
@@ -205,7 +209,8 @@ RUN_CASES = {
                       ["cannot read TF1 checkpoint", "nope.ckpt"]),
     "tf1-wrong-architecture": (lambda f: ["--dataset", "coil20", *_data("coil20")(f),
                                           "--tf1-checkpoint", f["tf1_orl"]],
-                               ["kernels (3, 3, 3)", "needs (3,)"]),
+                               ["kernels (3, 3, 3)", "needs (3,)",
+                                "give a checkpoint made for this dataset"]),
     "unknown-dataset": (lambda f: ["--dataset", "foo"], ["invalid choice: 'foo'", "--help"]),
     "unknown-framework": (lambda f: [*ORL, "--framework", "foo"], ["invalid choice: 'foo'"]),
     "unknown-post-method": (lambda f: [*ORL, "--post-method", "exact"],
@@ -560,7 +565,10 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
         max_steps=2, batch_size=50), verbose=0, seed=7, backup_dir=ckpt, checkpoint_every=2)
     (ckpt / "run.json").write_text(json.dumps(written[0]))
     for argv, needle in ((["--batch-size", "60"], "--batch-size 60 differs from the 50"),
-                         (["--seed", "8"], "--seed 8 differs from the 7")):
+                         (["--seed", "8"], "--seed 8 differs from the 7"),
+                         (["--lr", "3e-3"], "--lr 0.003 differs from the 0.002"),
+                         (["--initializer", "he_normal"],
+                          "--initializer he_normal differs from the glorot_uniform")):
         code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out,
                                          *argv], capsys)
         assert code == 2
@@ -574,8 +582,13 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
         assert code == 2
         assert_one_error_line(err, "cannot read", "run.json", "start over")
     (ckpt / "run.json").write_text(good)
-    code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out], capsys)
+    # The first command with --resume carries on (what its Ctrl-C line says to do), and the
+    # schedule it prints is the checkpoint's run's.
+    code, printed, err = invoke(PRETRAIN, [*data, "--batch-size", "50", "--seed", "7", "--lr",
+                                           "2e-3", "--initializer", "glorot_uniform", "--resume",
+                                           "--max-steps", "3", "--out", out], capsys)
     assert code == 0, err
+    assert "lr=0.002," in printed and "initializer='glorot_uniform'" in printed
     meta = read_autoencoder_file(out)[1]
     assert (meta["batch_size"], meta["seed"], meta["resumed_at_step"], meta["steps"]) == \
         (50, 7, 2, 3)
@@ -685,6 +698,8 @@ def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["timings"]["steps"] == epochs  # the step counter was restored too
     assert len(results["final_losses"]) > 0
+    assert results["resumed_at_step"] == saved["epoch"]
+    assert results["timings"]["train_s"] > saved["seconds"]  # the killed process's steps too
 
     # The same run, never interrupted, with no checkpoint at all.
     ref = RUN.main([*common, "--out", str(tmp_path / "straight")])
@@ -696,6 +711,15 @@ def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
     assert again["timings"]["steps"] == epochs
     assert np.array_equal(again["coef"], resumed)
     assert np.array_equal(np.load(out / "C.npy"), resumed)
+    # Its results keep the last step's losses (from the checkpoint) and the training time.
+    reclustered = json.loads((out / "results.json").read_text())
+    assert reclustered["final_losses"] == pytest.approx(results["final_losses"], rel=1e-6)
+    assert reclustered["resumed_at_step"] == epochs
+    assert reclustered["timings"]["train_s"] >= json.loads(state.read_text())["seconds"]
+    # From pretrained weights the seed only seeds the clustering: another one may recluster.
+    again = RUN.main([*argv, "--resume", "--seed", "1"])
+    assert np.array_equal(again["coef"], resumed)
+    assert json.loads((out / "results.json").read_text())["seed"] == 1
 
     # Resuming with other options is refused in one line, and nothing is touched.
     code, _, err = invoke(RUN, [*argv, "--resume", "--lr", "0.005"], capsys)
