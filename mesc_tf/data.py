@@ -141,6 +141,9 @@ def _fea_gnd(path: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
         )
     if fea.shape[1] != h * w:  # stored one sample per column (e.g. written by h5py directly)
         fea = fea.T
+    if fea.shape[0] == 0:
+        raise MescError(f"{path}: fea holds no samples; this is not the {dataset} file, check "
+                        "the data folder")
     if gnd.size != fea.shape[0]:
         raise MescError(
             f"{path}: gnd has {gnd.size} labels but fea has {fea.shape[0]} samples; the file "

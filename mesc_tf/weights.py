@@ -176,6 +176,10 @@ def read_tf1_checkpoint(prefix, image_shape):
         first = " ".join(str(e).split())[:300] or type(e).__name__
         raise MescError(f"cannot read the tensors of TF1 checkpoint {prefix} ({first}); its "
                         ".data file is missing or damaged: copy the checkpoint again") from None
+    not_4d = [k for k in names[:2 * n_layers] if t[k].ndim != 4]
+    if not_4d:
+        raise MescError(f"TF1 checkpoint {prefix}: {', '.join(not_4d)} are not 4-D convolution "
+                        "kernels; it is not a DSC-Net/MESC auto-encoder")
     biases = [t[n] for n in names[2 * n_layers:]]
     weights = {f"enc_{i}": (t[f"enc_w{i}"], biases[i]) for i in range(n_layers)}
     weights.update({f"dec_{j}": (t[f"dec_w{j}"], biases[n_layers + j]) for j in range(n_layers)})
@@ -193,7 +197,8 @@ def load_tf1_checkpoint(prefix, arch: Architecture):
     if ckpt_arch != arch:
         raise MescError(f"TF1 checkpoint {prefix} is an auto-encoder with kernels "
                         f"{ckpt_arch.kernels} and channels {ckpt_arch.channels}, but this "
-                        f"dataset needs {arch.kernels} / {arch.channels}")
+                        f"dataset needs {arch.kernels} / {arch.channels}; give a checkpoint made "
+                        "for this dataset ('original': the authors')")
     ae = ConvAutoEncoder(arch).build_for_input()
     assign_weights(ae, weights, prefix)
     return ae

@@ -188,6 +188,20 @@ def test_tf1_checkpoint_missing(tmp_path):
                  (32, 32))
 
 
+def test_tf1_checkpoint_with_kernels_that_are_not_4d(tmp_path):
+    """Every tensor present, but enc_w0 is a matrix: one MescError, not an IndexError."""
+    prefix = str(tmp_path / "flat.ckpt")
+    graph = tf.Graph()
+    with graph.as_default():
+        shapes = {"enc_w0": (9, 3), "dec_w0": (3, 3, 1, 3), "Variable": (3,), "Variable_1": (1,)}
+        v = [tf.compat.v1.get_variable(k, initializer=np.zeros(s, np.float32))
+             for k, s in shapes.items()]
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver(v).save(sess, prefix)
+    expect_error("enc_w0 are not 4-D convolution kernels", read_tf1_checkpoint, prefix, (32, 32))
+
+
 def test_tf1_checkpoint_missing_tensors(tmp_path):
     """A TF1-style checkpoint (v1 Saver, bare names) holding only enc_w0."""
     prefix = str(tmp_path / "partial.ckpt")
