@@ -497,7 +497,9 @@ def pm(mean, std, scale=100.0, digits=2):
 
 
 def _norm(obj):
-    return json.loads(json.dumps(obj, default=cli._default))
+    from mesc_tf.files import json_default
+
+    return json.loads(json.dumps(obj, default=json_default))
 
 
 class Results:

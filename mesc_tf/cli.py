@@ -157,9 +157,9 @@ def prepare_out_file(path, *, force=False, what="output file"):
 
 def write_json(path, obj):
     """Write JSON atomically (temporary file + rename)."""
-    from mesc_tf.files import atomic_write_text
+    from mesc_tf.files import atomic_write_text, json_default
 
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_default) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=2, default=json_default) + "\n")
 
 
 def save_npy(path, array):
@@ -172,18 +172,6 @@ def save_npy(path, array):
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path, "wb") as f:
         np.save(f, np.asarray(array, np.float32))
-
-
-def _default(o):
-    import numpy as np
-
-    if isinstance(o, (np.integer, np.floating)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def display_path(path, root) -> str:

@@ -1,5 +1,6 @@
 """Atomic file writes: readers (and a resumed run) never see half a file. Also the reader of
-the state.json those writes leave in a training checkpoint (no TensorFlow needed)."""
+the state.json those writes leave in a training checkpoint, and the JSON encoding of NumPy
+values and paths (no TensorFlow needed)."""
 
 import contextlib
 import json
@@ -8,6 +9,19 @@ import tempfile
 from pathlib import Path
 
 from mesc_tf.errors import MescError
+
+
+def json_default(o):
+    """``json.dumps(default=...)`` for NumPy scalars and arrays and paths."""
+    import numpy as np
+
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def default_file_mode():

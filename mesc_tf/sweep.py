@@ -311,9 +311,9 @@ def append_jsonl(path, record: dict):
     A line torn by an earlier kill (no final newline) is closed first, so it stays one bad line
     that :func:`read_records` skips instead of corrupting this one.
     """
-    from mesc_tf.cli import _default
+    from mesc_tf.files import json_default
 
-    data = (json.dumps(record, default=_default, sort_keys=True) + "\n").encode()
+    data = (json.dumps(record, default=json_default, sort_keys=True) + "\n").encode()
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # the first record makes the folder
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -20,7 +20,7 @@ import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError
-from mesc_tf.files import atomic_file
+from mesc_tf.files import atomic_file, json_default
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -86,7 +86,7 @@ def save_autoencoder(autoencoder, path, metadata=None):
         f.attrs["format"] = FORMAT
         f.attrs["version"] = VERSION
         f.attrs["architecture"] = json.dumps(autoencoder.arch.to_dict())
-        f.attrs["metadata"] = json.dumps(metadata or {}, default=_json_default)
+        f.attrs["metadata"] = json.dumps(metadata or {}, default=json_default)
         for layer in autoencoder.named_layers:
             g = f.create_group(layer.name)
             g.create_dataset("kernel", data=np.asarray(layer.kernel.numpy(), np.float32))
@@ -213,11 +213,3 @@ def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
     assign_weights(ae, weights, prefix)
     meta = {"converted_from": str(prefix), **(metadata or {})}
     return save_autoencoder(ae, out_path, meta)
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer, np.floating)):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
