@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from mesc_tf.config import get_config
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 ENV_VAR = "MESC_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
@@ -95,11 +95,6 @@ class _Root:
 # Shared readers and checks
 
 
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
 def _read_mat(path: Path) -> dict[str, np.ndarray]:
     """All variables of a .mat file, MATLAB v5 (scipy) or v7.3 (HDF5, via h5py)."""
     import h5py
@@ -114,7 +109,7 @@ def _read_mat(path: Path) -> dict[str, np.ndarray]:
         return {k: v for k, v in scipy.io.loadmat(str(path)).items() if not k.startswith("__")}
     except Exception as e:  # scipy and h5py raise many types (ValueError, OSError, zlib, ...)
         raise MescError(
-            f"cannot read {path} ({_one_line(e)}); the file is corrupt or not a MATLAB .mat "
+            f"cannot read {path} ({one_line(e)}); the file is corrupt or not a MATLAB .mat "
             f"file: fetch it again"
         ) from e
 
@@ -328,7 +323,7 @@ def _read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
             raw = path.read_bytes()
     except (OSError, EOFError, zlib.error) as e:
         raise MescError(
-            f"cannot read {path} ({_one_line(e)}); the file is corrupt: fetch it again"
+            f"cannot read {path} ({one_line(e)}); the file is corrupt: fetch it again"
         ) from e
     head = 4 * (1 + ndim)
     got = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None

@@ -11,3 +11,10 @@ users expect for bad arguments).
 
 class MescError(ValueError):
     """A user-facing error: the message is one line: what, where, what to do."""
+
+
+def one_line(e: BaseException, limit=300) -> str:
+    """An exception as one line for a MescError's parentheses: its type and message, the
+    message's whitespace collapsed and cut at ``limit`` characters."""
+    text = " ".join(str(e).split())[:limit]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

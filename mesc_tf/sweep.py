@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from mesc_tf.config import Settings, check_seed
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 # Fields that change the fine-tuning (and so need their own training) ...
 TRAIN_FIELDS = ("framework", "regularizer", "reg1", "reg2", "lr", "epochs", "coef_init",
@@ -495,11 +495,6 @@ def cache_store(cache_dir, key, coef, train_s):
 _CLUSTER_ERRORS = (MescError, ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError)
 
 
-def _one_line(e):
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
-
-
 @dataclass
 class _Trained:
     """A group's C's, one per step count (``snaps``), and how they were had."""
@@ -603,7 +598,7 @@ def _scored_trial(trial, group, trained, ds, dataset, ae, method, code) -> dict:
         rec["metrics"] = {**evaluate(ds.y, labels), "nmi_max": nmi(ds.y, labels, "max")}
     except _CLUSTER_ERRORS as e:
         post_timings = {}
-        rec["error"] = _one_line(e)
+        rec["error"] = one_line(e)
     rec["timings"] = {"train_s": trained.snaps.seconds.get(s.epochs, 0.0),
                       "train_run_s": trained.train_s, "steps": s.epochs,
                       "post_s": time.perf_counter() - t0, **post_timings}

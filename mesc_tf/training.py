@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 from mesc_tf.files import atomic_write_text, read_backup_state
 
 
@@ -280,10 +280,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         try:
             self.model.load_weights(str(weights))
         except (OSError, ValueError, KeyError) as e:
-            first = " ".join(str(e).split())[:300]
-            raise MescError(f"cannot restore the checkpoint {weights} ({first}); it is damaged "
-                            "or belongs to a different model: delete it (or pass --force) to "
-                            "start over") from None
+            raise MescError(f"cannot restore the checkpoint {weights} ({one_line(e)}); it is "
+                            "damaged or belongs to a different model: delete it (or pass "
+                            "--force) to start over") from None
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
         saved = state.get("callbacks", {})  # none in backups before session 40

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mesc_tf.config import Architecture
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 from mesc_tf.files import atomic_file, json_default
 
 FORMAT = "mesc-tf-autoencoder"
@@ -159,8 +159,7 @@ def read_tf1_checkpoint(prefix, image_shape):
     try:
         reader = tf.train.load_checkpoint(prefix)
     except (ValueError, tf.errors.OpError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise MescError(f"cannot read TF1 checkpoint {prefix} ({first}); give the prefix "
+        raise MescError(f"cannot read TF1 checkpoint {prefix} ({one_line(e)}); give the prefix "
                         "without .index/.data, e.g. .../model-335-32x32-orl.ckpt") from None
     shapes = reader.get_variable_to_shape_map()
     n_layers = sum(1 for k in shapes if re.fullmatch(r"enc_w\d+", k))  # not enc_w0/Adam
@@ -173,9 +172,8 @@ def read_tf1_checkpoint(prefix, image_shape):
     try:
         t = {k: reader.get_tensor(k) for k in names}
     except Exception as e:  # a missing or damaged .data file: OpError, IndexError, ...
-        first = " ".join(str(e).split())[:300] or type(e).__name__
-        raise MescError(f"cannot read the tensors of TF1 checkpoint {prefix} ({first}); its "
-                        ".data file is missing or damaged: copy the checkpoint again") from None
+        raise MescError(f"cannot read the tensors of TF1 checkpoint {prefix} ({one_line(e)}); "
+                        "its .data file is missing or damaged: copy the checkpoint again") from None
     not_4d = [k for k in names[:2 * n_layers] if t[k].ndim != 4]
     if not_4d:
         raise MescError(f"TF1 checkpoint {prefix}: {', '.join(not_4d)} are not 4-D convolution "
