@@ -118,6 +118,19 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     return out
 
 
+def diagnostics_key(dataset, tf1_prefix, seeds):
+    """What autoencoder_diagnostics' figures depend on: both auto-encoders' contents, the
+    seeds and the post-clustering settings they are clustered with."""
+    from mesc_tf import sweep
+    from mesc_tf.config import get_config
+
+    s = get_config(dataset).mesc
+    return {"ours": sweep.resolve_autoencoder(dataset).sha256,
+            "original": sweep.resolve_autoencoder(dataset, tf1_checkpoint=tf1_prefix).sha256,
+            "seeds": list(seeds), "lsr_lambdas": list(LSR_LAMBDAS),
+            "post": {k: getattr(s, k) for k in ("thr", "subspace_dim", "power", "variant")}}
+
+
 def render_md(summary) -> str:
     import numpy as np
 
@@ -205,13 +218,18 @@ def main(argv=None):
         methods.update({m: {"ours": {k: ours[d][m].get(k) for k in keep},
                             "original": {k: original[d][m].get(k) for k in keep}}
                         for m in args.methods})
-        diag = autoencoder_diagnostics(d, data_dir, args.tf1_dir / ORIGINAL_CHECKPOINTS[d],
-                                       args.seeds)
-        summary[d] = {
-            "relative_error": {k: v.pop("relative_error") for k, v in diag.items()},
-            "codes": diag,
-            "methods": methods}
-    cli.write_json(args.out / "autoencoders.json", summary)
+        tf1_prefix = args.tf1_dir / ORIGINAL_CHECKPOINTS[d]
+        key = diagnostics_key(d, tf1_prefix, args.seeds)
+        kept = summary.get(d, {})
+        if kept.get("diagnostics_key") == key and not args.force:  # same files, seeds, settings
+            errors, diag = kept["relative_error"], kept["codes"]
+        else:
+            diag = autoencoder_diagnostics(d, data_dir, tf1_prefix, args.seeds)
+            errors = {k: v.pop("relative_error") for k, v in diag.items()}
+        summary[d] = {"relative_error": errors, "codes": diag, "diagnostics_key": key,
+                      "methods": methods}
+        # Each dataset's diagnostics are kept as soon as they exist.
+        cli.write_json(args.out / "autoencoders.json", summary)
     atomic_write_text(args.out / "autoencoders.md", render_md(summary))
     print(f"{args.out / 'autoencoders.md'}")
     return summary

@@ -257,7 +257,7 @@ def test_bad_options_one_line(script, args, message):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
+def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path, monkeypatch):
     from experiments import compare_autoencoders
     from mesc_tf.errors import MescError
 
@@ -277,6 +277,22 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path):
     lsr_acc = {k: dict(zip(c["lsr"]["rel_lambda"], c["lsr"]["acc"])) for k, c in codes.items()}
     assert lsr_acc["ours"][0.1] == lsr_acc["original"][0.1] == [1.0]  # 3 objects, well apart
     assert "## The codes before fine-tuning" in md and "| toy | " in md.split("## The codes")[1]
+    # A rerun with the same auto-encoders, seeds and settings keeps the diagnostics; other
+    # seeds (or --force) compute them again.
+    def recomputed(*args, **kwargs):
+        raise AssertionError("diagnostics recomputed")
+
+    real = compare_autoencoders.autoencoder_diagnostics
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", recomputed)
+    again = compare_autoencoders.main(["--datasets", "toy", "--seeds", "0", "--max-epochs", "2",
+                                       "--tf1-dir", str(tf1_dir), "--out", str(out)])
+    assert again["toy"]["codes"] == codes and again["toy"]["relative_error"] == err
+    for other in (["--seeds", "1"], ["--seeds", "0", "--force"]):
+        with pytest.raises(AssertionError, match="diagnostics recomputed"):
+            compare_autoencoders.main(["--datasets", "toy", *other, "--max-epochs", "2",
+                                       "--tf1-dir", str(tf1_dir), "--out", str(out)])
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", real)
+    summary = json.loads((out / "autoencoders.json").read_text())
     # A later run on other datasets keeps this row (here: an edited copy stands for one).
     summary["coil20"] = summary.pop("toy")
     (out / "autoencoders.json").write_text(json.dumps(summary))
