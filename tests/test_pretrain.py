@@ -185,15 +185,16 @@ def test_a_checkpoint_of_a_finished_run_resumes_without_a_step(x, tmp_path, stop
                 "target": Pretrain(lr=1e-2, max_steps=40, patience=40, target=0.87),
                 "max_steps": Pretrain(lr=1e-2, max_steps=6, patience=6)}[stop]
     configure_runtime(0)
+    # Saved every 1000 steps: the step that stopped it (or the last) is saved all the same.
     ae, whole = pipeline.pretrain(x, ARCH, schedule, verbose=0, backup_dir=tmp_path / "ckpt",
-                                  checkpoint_every=1)
+                                  checkpoint_every=1000)
     assert (whole["steps"] < schedule.max_steps) == (stop != "max_steps")
     state = json.loads((tmp_path / "ckpt" / "state.json").read_text())
     assert state["epoch"] == whole["steps"] and state["stopped"] == (stop != "max_steps")
     assert state["logs"]["rel_err"] == pytest.approx(whole["history"]["rel_err"][-1], rel=1e-6)
     configure_runtime(1)  # the checkpoint, not the seed, restores the state
     again_ae, again = pipeline.pretrain(x, ARCH, schedule, verbose=0,
-                                        backup_dir=tmp_path / "ckpt", checkpoint_every=1)
+                                        backup_dir=tmp_path / "ckpt", checkpoint_every=1000)
     assert again["history"] == {}  # no step
     for key in ("steps", "best_step", "final_lr", "relative_error"):
         assert again[key] == whole[key], key
