@@ -1,6 +1,7 @@
 """Shared pieces of the paper-figure experiments (ablation, toy_affinity, sensitivity,
-convergence, tsne, confusion; faithfulness.py takes its method names): options, data subsets, auto-encoder sources, resumable run
-records, method presets and matplotlib helpers.
+convergence, tsne, confusion; faithfulness.py takes its method names, table.py, sweep.py and
+compare_autoencoders.py its --seeds and output folder): options, data subsets, auto-encoder
+sources, resumable run records, method presets and matplotlib helpers.
 
 Every experiment writes under ``experiments/results/<name>/`` (``--out`` to change it;
 ``--smoke`` runs go to ``experiments/results/smoke/<name>/``):

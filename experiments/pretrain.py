@@ -145,13 +145,16 @@ def main(argv=None, cleanup=None):
             recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
             recorded = {k: recorded.get(k) for k in ("batch_size", "seed", "lr", "initializer",
                                                      "init")}
-            if not all(recorded[k] is None or (isinstance(recorded[k], int) and recorded[k] >= lo)
-                       for k, lo in (("batch_size", 1), ("seed", 0))):
+            ok = {"batch_size": lambda v: isinstance(v, int) and v >= 1,
+                  "seed": lambda v: isinstance(v, int) and v >= 0,
+                  "lr": lambda v: isinstance(v, float) and 0 < v < float("inf"),
+                  "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str)}
+            if not all(recorded[k] is None or ok[k](recorded[k]) for k in recorded):
                 raise ValueError
         except (ValueError, AttributeError):
-            raise MescError(f"cannot read {run_file}, the batch size and seed of the checkpoint; "
-                            f"delete {ckpt} (or pass --force without --resume) to start over"
-                            ) from None
+            raise MescError(f"cannot read {run_file}, the batch size, seed and start of the "
+                            f"checkpoint's run; delete {ckpt} (or pass --force without --resume) "
+                            "to start over") from None
         # The same command with --resume carries on; an option that contradicts the checkpoint
         # (it restores the weights, and the learning rate they had reached) is refused.
         for name in ("batch_size", "seed", "lr", "initializer", "init"):

@@ -30,8 +30,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker processes
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from experiments import common  # noqa: E402
 from mesc_tf import cli  # noqa: E402

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 
 def json_default(o):
@@ -63,5 +63,5 @@ def read_backup_state(backup_dir) -> dict:
         return {**state, "weights": str(state["weights"]), "epoch": int(state["epoch"]),
                 "seconds": float(state.get("seconds", 0.0))}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise MescError(f"cannot read the checkpoint {path} ({e}); delete "
+        raise MescError(f"cannot read the checkpoint {path} ({one_line(e)}); delete "
                         f"{backup_dir} (or pass --force) to start over") from None

@@ -176,8 +176,8 @@ def read_tf1_checkpoint(prefix, image_shape):
                         "its .data file is missing or damaged: copy the checkpoint again") from None
     not_4d = [k for k in names[:2 * n_layers] if t[k].ndim != 4]
     if not_4d:
-        raise MescError(f"TF1 checkpoint {prefix}: {', '.join(not_4d)} are not 4-D convolution "
-                        "kernels; it is not a DSC-Net/MESC auto-encoder")
+        raise MescError(f"TF1 checkpoint {prefix}: not 4-D convolution kernels: "
+                        f"{', '.join(not_4d)}; it is not a DSC-Net/MESC auto-encoder")
     biases = [t[n] for n in names[2 * n_layers:]]
     weights = {f"enc_{i}": (t[f"enc_w{i}"], biases[i]) for i in range(n_layers)}
     weights.update({f"dec_{j}": (t[f"dec_w{j}"], biases[n_layers + j]) for j in range(n_layers)})

@@ -575,7 +575,8 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
         assert_one_error_line(err, needle, "resume without it")
     good = (ckpt / "run.json").read_text()
     for damaged in ("{not json", "[1, 2]", '{"batch_size": "50", "seed": 7}',
-                    '{"batch_size": 0, "seed": 7}'):
+                    '{"batch_size": 0, "seed": 7}', '{"batch_size": 50, "seed": 7, "init": 5}',
+                    '{"batch_size": 50, "seed": 7, "lr": "2e-3"}'):
         (ckpt / "run.json").write_text(damaged)
         code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out],
                               capsys)

@@ -199,7 +199,7 @@ def test_tf1_checkpoint_with_kernels_that_are_not_4d(tmp_path):
         with tf.compat.v1.Session(graph=graph) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             tf.compat.v1.train.Saver(v).save(sess, prefix)
-    expect_error("enc_w0 are not 4-D convolution kernels", read_tf1_checkpoint, prefix, (32, 32))
+    expect_error("not 4-D convolution kernels: enc_w0;", read_tf1_checkpoint, prefix, (32, 32))
 
 
 def test_tf1_checkpoint_missing_tensors(tmp_path):
