@@ -18,16 +18,27 @@ from mesc_tf.errors import MescError
 
 
 def _labels(y, name: str) -> np.ndarray:
-    """y as a 1-D int64 array; an (n, 1) or (1, n) array (e.g. gnd from a .mat file) is flattened."""
-    y = np.asarray(y)
+    """y as a 1-D int64 array; an (n, 1) or (1, n) array (e.g. gnd from a .mat file) is flattened.
+    Whole-number floats and bools are taken; values outside int64's range are refused (the cast
+    would wrap them, merging classes)."""
+    try:
+        y = np.asarray(y)
+    except (TypeError, ValueError) as e:  # ragged nested lists
+        raise MescError(f"{name} is not an array of labels ({e})") from None
     if y.ndim == 2 and 1 in y.shape:
         y = y.ravel()
     if y.ndim != 1 or y.size == 0:
         raise MescError(f"{name} must be a non-empty 1-D array of labels, got shape {y.shape}")
-    if not (np.issubdtype(y.dtype, np.integer) or
-            (np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)))):
+    whole = (np.issubdtype(y.dtype, np.integer) or y.dtype == bool or
+             (np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and
+              np.all(y == np.round(y))))
+    if not whole:
         raise MescError(f"{name} must hold whole-number labels, got dtype {y.dtype}; "
                         "pass integer class / cluster ids")
+    if ((y.dtype.kind == "u" and y.max() > np.iinfo(np.int64).max) or
+            (y.dtype.kind == "f" and not (-2.0**63 <= y.min() and y.max() < 2.0**63))):
+        raise MescError(f"{name} holds labels outside the int64 range ({y.min()}..{y.max()}); "
+                        "renumber them, e.g. with np.unique(y, return_inverse=True)[1]")
     return y.astype(np.int64)
 
 
@@ -44,8 +55,8 @@ def best_map(y_true, y_pred) -> np.ndarray:
 
     As in the reference: contingency G[i, j] = #(gt = class i, pred = cluster j), padded to a
     square max(#classes, #clusters) matrix, Munkres on -Gᵀ. Clusters matched to no class (more
-    clusters than classes, where the original fails) get fresh labels above max(y_true), so they
-    always count as errors.
+    clusters than classes, where the original fails) get labels no class has (above
+    max(y_true) where int64 has room), so they always count as errors.
     """
     y_true, y_pred = _pair(y_true, y_pred)
     classes, gt_idx = np.unique(y_true, return_inverse=True)
@@ -54,7 +65,11 @@ def best_map(y_true, y_pred) -> np.ndarray:
     G = np.zeros((k, k))
     np.add.at(G, (gt_idx, pr_idx), 1.0)
     match = dict(Munkres().compute((-G.T).tolist()))  # cluster index -> class index
-    extra = classes.max() + 1 + np.arange(k)
+    top = int(classes.max())
+    if top + k < 2**63:
+        extra = top + 1 + np.arange(k)
+    else:  # no room above int64's largest label: the smallest unused ones
+        extra = np.setdiff1d(np.arange(classes.size + k), classes)
     new = np.array([classes[match[j]] if match[j] < classes.size else extra[j]
                     for j in range(clusters.size)], dtype=np.int64)
     return new[pr_idx]
@@ -94,8 +109,10 @@ def f1(y_true, y_pred) -> float:
 def f1_unmapped(y_true, y_pred) -> float:
     """MESC's printed F1: micro-F1 of gt renumbered 1..K against the raw spectral labels + 1.
 
-    ``y_pred`` must be the 0-based labels of :func:`mesc_tf.postcluster.spectral`. The value
-    depends on the arbitrary cluster numbering, so it is only for matching the original output.
+    ``y_pred`` must be the 0-based labels of :func:`mesc_tf.postcluster.spectral`. MESC shifts
+    gt to ``gt − min + 1``, the same as renumbering for consecutive labels (every dataset's).
+    The value depends on the arbitrary cluster numbering, so it is only for matching the
+    original output.
     """
     y_true, y_pred = _pair(y_true, y_pred)
     gt = np.unique(y_true, return_inverse=True)[1] + 1

@@ -57,9 +57,9 @@ labels agree wherever the spectral step is stable under such a change. ``info`` 
 graph with several components, or power 8 making between-cluster weights ~1e-20) and
 ``discretize_margin`` (how far ``discretize``'s discrete decisions were from flipping, see
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
-arbitrary). ``ill_posed`` is set when either is below its bound, and where the fast route
-falls back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
-(below). In that regime the
+arbitrary). ``ill_posed`` is set when either is below its bound, where the fast route falls
+back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
+(below), and where K ≥ n − 1 (sklearn's step, unchecked). In that regime the
 reference's own labels change with floating-point noise: on the trained COIL20 C (repeated
 eigenvalues) and on the released ORL C (empty clusters in discretize), running the reference
 route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
@@ -163,35 +163,70 @@ def _orth(a):
     return scipy.linalg.qr(a, mode="economic", check_finite=False)
 
 
-def _check_square(C, where: str) -> np.ndarray:
+def _check_square(C, where: str, name: str = "C") -> np.ndarray:
     """C as a finite square 2-D float array (integers become float64, float16 float32: the
-    released code's C is float32, and thrC's blocks assume sums at least that precise)."""
-    C = np.asarray(C)
+    released code's C is float32, and thrC's blocks assume sums at least that precise).
+    ``name``: "C" (a self-expression matrix) or "L" (an affinity), for the messages."""
+    what, hint = (("self-expression coefficient matrix",
+                   "training probably diverged, lower the learning rate or the regulariser weights")
+                  if name == "C" else ("affinity matrix", "pass an affinity with entries in [0, 1]"))
+    if sp.issparse(C):
+        raise MescError(f"{where}: {name} is a scipy.sparse matrix; pass a dense array "
+                        f"({name}.toarray())")
+    try:
+        C = np.asarray(C)
+    except (TypeError, ValueError) as e:  # ragged nested lists
+        raise MescError(f"{where}: {name} is not an array of numbers ({e})") from None
     if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] < 2:
-        raise MescError(f"{where}: C must be a square n×n matrix with n >= 2, got shape {C.shape}; "
-                        "pass the self-expression coefficient matrix")
+        raise MescError(f"{where}: {name} must be a square n×n matrix with n >= 2, got shape "
+                        f"{C.shape}; pass the {what}")
     if not np.issubdtype(C.dtype, np.floating):
         if not (np.issubdtype(C.dtype, np.integer) or C.dtype == bool):
-            raise MescError(f"{where}: C must be numeric, got dtype {C.dtype}; pass a float matrix")
+            raise MescError(f"{where}: {name} must be numeric, got dtype {C.dtype}; "
+                            "pass a float matrix")
         C = C.astype(np.float64)
     elif C.dtype.itemsize < 4:
         C = C.astype(np.float32)
-    if not np.all(np.isfinite(C)):
-        raise MescError(f"{where}: C contains NaN or inf; training probably diverged, "
-                        "lower the learning rate or the regulariser weights")
+    lo, hi = np.min(C), np.max(C)  # NaN propagates; no n×n temporary, unlike np.isfinite
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise MescError(f"{where}: {name} contains NaN or inf; {hint}")
+    # thrC sums each column in C's dtype and the SVD squares C in float64: neither may
+    # overflow (past that the fast thrC parts from the reference's, or the SVD fails in numpy).
+    big, n = float(max(-lo, hi)), C.shape[0]
+    own_max, f64_max = float(np.finfo(C.dtype).max), float(np.finfo(np.float64).max)
+    if 2 * n * big >= own_max or n * big * big >= f64_max:
+        raise MescError(f"{where}: {name}'s entries are too large (up to {big:.3g} in magnitude): "
+                        f"its column sums or {name}ᵀ{name} would overflow; {hint}")
     return C
 
 
+def _real(value) -> float | None:
+    """value as a float where it is a real number (not a string); None otherwise."""
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _shown(value) -> str:
+    """value for a message: strings quoted, so "3" is not taken for 3."""
+    return repr(value) if isinstance(value, (str, bytes)) else str(value)
+
+
 def _check_clusters(n_clusters, n: int, where: str) -> int:
-    if int(n_clusters) != n_clusters or not 1 <= n_clusters <= n:
+    k = _real(n_clusters)
+    if k is None or not k.is_integer() or not 1 <= k <= n:
         raise MescError(f"{where}: n_clusters must be a whole number between 1 and n={n}, "
-                        f"got {n_clusters}; check the dataset's number of classes")
-    return int(n_clusters)
+                        f"got {_shown(n_clusters)}; check the dataset's number of classes")
+    return int(k)
 
 
 def _check_ratio(ratio):
-    if not np.isfinite(ratio) or ratio < 0:
-        raise MescError(f"thrC: ratio must be a finite number >= 0, got {ratio}; "
+    r = _real(ratio)
+    if r is None or not np.isfinite(r) or r < 0:
+        raise MescError(f"thrC: ratio must be a finite number >= 0, got {_shown(ratio)}; "
                         "use e.g. 0.03-0.2 (1 or more keeps C unchanged)")
 
 
@@ -201,14 +236,12 @@ def _check_ratio(ratio):
 
 def _thrC_reference(C, ratio: float) -> np.ndarray:
     """thrC vectorised over whole columns with the reference's sort and argsort (n×n int64)."""
-    S = np.abs(np.sort(-np.abs(C), axis=0))
     Ind = np.argsort(-np.abs(C), axis=0)
-    # The reference sums each column as a 1-D array (pairwise summation); summing the rows of
-    # the contiguous transpose reproduces those bits, np.sum(S, axis=0) would not.
-    cL1 = np.sum(np.ascontiguousarray(S.T), axis=1).astype(np.float64)
-    csum = np.cumsum(S, axis=0)  # sequential, in C's dtype, like the reference's running sum
-    hit = csum > ratio * cL1
-    t = np.where(hit.any(axis=0), hit.argmax(axis=0), C.shape[0] - 1)
+    # The sorted columns as contiguous rows: their sums are then pairwise, as the reference's
+    # 1-D column sums (a sum along axis 0 of the sorted array would not give those bits).
+    St = np.ascontiguousarray(np.abs(np.sort(-np.abs(C), axis=0)).T)
+    t = _thrC_position(St, ratio)
+    del St
     keep_sorted = np.arange(C.shape[0])[:, None] <= t[None, :]
     keep = np.zeros(C.shape, dtype=bool)
     np.put_along_axis(keep, Ind, keep_sorted, axis=0)
@@ -217,7 +250,8 @@ def _thrC_reference(C, ratio: float) -> np.ndarray:
 
 def _thrC_position(S_desc, ratio):
     """The reference's t for rows of |C| columns sorted descending (full rows): the first
-    position where the sequential float running sum exceeds ratio × the pairwise L1 sum."""
+    position where the sequential running sum, in the rows' dtype, exceeds ratio × the row's
+    pairwise L1 sum; n − 1 where none does (the reference indexes past the end there)."""
     n = S_desc.shape[1]
     cL1 = np.sum(S_desc, axis=1).astype(np.float64)
     hit = np.cumsum(S_desc, axis=1) > (ratio * cL1)[:, None]
@@ -330,7 +364,8 @@ def thrC(C, ratio: float) -> np.ndarray:
     ``ratio`` × the column's L1 norm; zero the rest. ``ratio >= 1`` returns a copy of C.
     A column whose running sum never passes the bar (all zero, or ratio within float rounding
     of 1) is kept whole, so an all-zero column stays zero; the original indexes past the end
-    there. The dtype is kept (float16 becomes float32, as for every route).
+    there. A float dtype is kept, except float16, which becomes float32; integer and bool C's
+    become float64 (as on every route).
     """
     C = _check_square(C, "thrC")
     _check_ratio(ratio)
@@ -451,10 +486,13 @@ def _zero_affinity():
 
 def _check_affinity_args(n_clusters, subspace_dim, power, n):
     K = _check_clusters(n_clusters, n, "post_proC")
-    if int(subspace_dim) != subspace_dim or subspace_dim < 1:
-        raise MescError(f"post_proC: subspace_dim must be a whole number >= 1, got {subspace_dim}")
-    if not np.isfinite(power) or power <= 0:
-        raise MescError(f"post_proC: power must be a finite number > 0, got {power}")
+    d = _real(subspace_dim)
+    if d is None or not d.is_integer() or d < 1:
+        raise MescError("post_proC: subspace_dim must be a whole number >= 1, "
+                        f"got {_shown(subspace_dim)}")
+    p = _real(power)
+    if p is None or not np.isfinite(p) or p <= 0:
+        raise MescError(f"post_proC: power must be a finite number > 0, got {_shown(power)}")
     return K
 
 
@@ -472,8 +510,11 @@ def spectral(L, n_clusters: int, seed: int | None = 0) -> np.ndarray:
     second labels. With a fixed seed both fits are identical, so one fit is enough; the
     original's +1 shift to 1..K is left to whoever needs it (see metrics.f1_unmapped).
     """
-    L = _check_square(L, "spectral")
+    L = _check_square(L, "spectral", name="L")
     K = _check_clusters(n_clusters, L.shape[0], "spectral")
+    if L.min() < 0:  # sklearn would take square roots of negative degrees
+        raise MescError("spectral: the affinity L has negative entries; pass a non-negative "
+                        "matrix (affinity() builds one from C)")
     model = SpectralClustering(n_clusters=K, eigen_solver="arpack", affinity="precomputed",
                                assign_labels="discretize", random_state=seed)
     return model.fit(L).labels_.astype(np.int64)
@@ -633,52 +674,32 @@ def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30
     """sklearn's ``discretize`` (Yu & Shi's rotation search), step for step, also returning
     how far its discrete decisions were from flipping. Returns (labels, margin).
 
-    The decisions: each row ``c.argmin()`` that seeds the rotation (only a different *row
-    vector* matters, so rows within 1e-6 of the chosen one do not count as rivals), each
-    row's ``argmax`` label in every iteration, the rotation taken from the SVD of the K×K
-    label/embedding matrix (its second smallest over largest singular value counts, see
-    below) and the convergence test on the Ncut value.
+    The decisions: the rows that seed the rotation (``_seed_rotation``), each row's ``argmax``
+    label in every iteration (``_argmax_margin``), the rotation taken from the SVD of the K×K
+    label/embedding matrix (its second smallest over largest singular value counts, see below)
+    and the convergence test on the Ncut value.
     An embedding perturbed by much less than the margin gives the same labels; the margin is
     in units of the row-normalised embedding (entries in [−1, 1]).
     """
-    from scipy.sparse import csc_array
-
-    vectors = np.array(vectors, dtype=np.float64)
-    eps = np.finfo(float).eps
+    vectors = _unit_rows(vectors)
     n, k = vectors.shape
-    for i in range(k):
-        vectors[:, i] = (vectors[:, i] / np.linalg.norm(vectors[:, i])) * np.sqrt(n)
-        if vectors[0, i] != 0:
-            vectors[:, i] = -1 * vectors[:, i] * np.sign(vectors[0, i])
-    vectors = vectors / np.sqrt((vectors**2).sum(axis=1))[:, np.newaxis]
+    eps = np.finfo(float).eps
     margin = np.inf
     for _ in range(max_svd_restarts):
-        rotation = np.zeros((k, k))
-        rotation[:, 0] = vectors[random_state.randint(n), :].T
-        c = np.zeros(n)
-        for j in range(1, k):
-            c += np.abs(np.dot(vectors, rotation[:, j - 1]))
-            pick = c.argmin()
-            rivals = np.abs(vectors - vectors[pick]).max(axis=1) > 1e-6
-            if rivals.any():
-                margin = min(margin, float((c[rivals] - c[pick]).min()))
-            rotation[:, j] = vectors[pick, :].T
+        rotation, seed_margin = _seed_rotation(vectors, random_state)
+        margin = min(margin, seed_margin)
         last, n_iter = 0.0, 0
         while True:
             n_iter += 1
             t_discrete = np.dot(vectors, rotation)
             labels = t_discrete.argmax(axis=1)
-            # Identical rotation columns (the seeding can pick a row twice) tie exactly in
-            # every row and always resolve to the first: only distinct columns are rivals.
-            distinct = t_discrete[:, np.unique(rotation, axis=1, return_index=True)[1]]
-            if distinct.shape[1] > 1:
-                top2 = np.partition(distinct, distinct.shape[1] - 2, axis=1)[:, -2:]
-                margin = min(margin, float((top2[:, 1] - top2[:, 0]).min()))
-            discrete = csc_array((np.ones(len(labels)), (np.arange(0, n), labels)), shape=(n, k))
+            margin = min(margin, _argmax_margin(t_discrete, rotation))
+            discrete = sp.csc_array((np.ones(len(labels)), (np.arange(0, n), labels)),
+                                    shape=(n, k))
             try:
                 U, S, Vh = np.linalg.svd(discrete.T @ vectors)
             except np.linalg.LinAlgError:
-                break
+                break  # sklearn restarts from a new random row
             # The next rotation, the polar factor Vh.T·U.T, is fixed by the data when the K×K
             # matrix is well away from singular. An empty cluster makes it singular; with one
             # null direction the factor is fixed up to that direction's sign, which LAPACK
@@ -694,7 +715,50 @@ def _discretize_margin(vectors, random_state, n_iter_max=20, max_svd_restarts=30
             margin = min(margin, float(change))  # a tiny change would have stopped it
             last = ncut
             rotation = np.dot(Vh.T, U.T)
-    return labels, 0.0
+    return labels, 0.0  # sklearn raises here (no SVD converged): no certificate
+
+
+def _unit_rows(vectors):
+    """discretize's normalisation: each column scaled to norm √n with its first entry made
+    negative (where it is not zero), then each row scaled to unit norm (a new array)."""
+    vectors = np.array(vectors, dtype=np.float64)
+    n, k = vectors.shape
+    for i in range(k):
+        vectors[:, i] = (vectors[:, i] / np.linalg.norm(vectors[:, i])) * np.sqrt(n)
+        if vectors[0, i] != 0:
+            vectors[:, i] = -1 * vectors[:, i] * np.sign(vectors[0, i])
+    return vectors / np.sqrt((vectors**2).sum(axis=1))[:, np.newaxis]
+
+
+def _seed_rotation(vectors, random_state):
+    """discretize's first rotation: a random row, then rows as orthogonal as possible to those
+    picked (``c.argmin()``). Returns (rotation, margin): the smallest lead of each argmin over
+    its rivals, rows that differ from the pick by more than 1e-6 (an equal *row vector* gives
+    the same rotation); inf where there is none (K = 1)."""
+    n, k = vectors.shape
+    margin = np.inf
+    rotation = np.zeros((k, k))
+    rotation[:, 0] = vectors[random_state.randint(n), :].T
+    c = np.zeros(n)
+    for j in range(1, k):
+        c += np.abs(np.dot(vectors, rotation[:, j - 1]))
+        pick = c.argmin()
+        rivals = np.abs(vectors - vectors[pick]).max(axis=1) > 1e-6
+        if rivals.any():
+            margin = min(margin, float((c[rivals] - c[pick]).min()))
+        rotation[:, j] = vectors[pick, :].T
+    return rotation, margin
+
+
+def _argmax_margin(t_discrete, rotation) -> float:
+    """The smallest lead of a row's largest entry of ``t_discrete`` over its second (inf with
+    one column). Identical rotation columns (the seeding can pick a row twice) tie exactly in
+    every row and always resolve to the first: only distinct columns are rivals."""
+    distinct = t_discrete[:, np.unique(rotation, axis=1, return_index=True)[1]]
+    if distinct.shape[1] < 2:
+        return np.inf
+    top2 = np.partition(distinct, distinct.shape[1] - 2, axis=1)[:, -2:]
+    return float((top2[:, 1] - top2[:, 0]).min())
 
 
 def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None = None,
@@ -859,14 +923,17 @@ def _spectral_with_fallbacks(make_L, n_clusters, seed, info, timings, exact=Fals
     Cholesky factor fails (the shifted Laplacian is positive definite only in exact arithmetic)
     the LU on a new L, and where ARPACK does not converge sklearn's own step on a new L (its
     LOBPCG fallback, flagged). Tiny problems (K ≥ n − 1, where eigsh's shift-invert needs
-    k < n − 1) go to sklearn at once. The first L's seconds count in ``timings["svd_s"]``,
-    the rest (retries included) in ``timings["spectral_s"]``."""
+    k < n − 1) go to sklearn at once, flagged: no gap or margin certifies their labels. The
+    first L's seconds count in ``timings["svd_s"]``, the rest (retries included) in
+    ``timings["spectral_s"]``."""
     t0 = time.perf_counter()
     L = make_L()
     t1 = time.perf_counter()
     timings["svd_s"] += t1 - t0
     try:
         if n_clusters + 1 >= L.shape[0]:
+            info["spectral"] = "sklearn's (K >= n - 1)"
+            info["ill_posed"] = True
             return spectral(L, n_clusters, seed)
         failed = None
         try:

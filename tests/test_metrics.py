@@ -72,3 +72,24 @@ def test_bad_input():
         evaluate([], [])
     with pytest.raises(MescError, match="whole-number labels"):
         nmi([0.5, 1.0], [0, 1])
+
+
+def test_labels_beyond_int64_are_refused_not_wrapped():
+    """1e20 and 2e20 both cast to int64's minimum: two classes became one (ACC 0.5, not 1)."""
+    with pytest.raises(MescError, match=r"y_true holds labels outside the int64 range"):
+        accuracy([1e20, 1e20, 2e20, 2e20], [0, 0, 1, 1])
+    with pytest.raises(MescError, match=r"y_pred holds labels outside the int64 range"):
+        accuracy([0, 0, 1, 1], np.array([2**64 - 1, 2**64 - 1, 0, 0], dtype=np.uint64))
+    # int64's own extremes are fine, and an unmatched cluster still counts as wrong: its
+    # fresh label used to wrap round to int64's minimum, here a class.
+    lo, hi = -2**63, 2**63 - 1
+    y = np.array([lo, lo, lo, hi, hi, hi])
+    pred = np.array([0, 1, 1, 2, 2, 2])  # cluster 0 (one sample of class lo) is unmatched
+    assert accuracy(y, pred) == pytest.approx(5 / 6)
+    assert best_map(y, pred)[0] not in (lo, hi)
+
+
+def test_bool_labels_and_ragged_input():
+    assert accuracy(np.array([True, True, False, False]), [1, 1, 0, 0]) == 1.0
+    with pytest.raises(MescError, match="y_true is not an array of labels"):
+        accuracy([[0, 1], [1]], [0, 1])

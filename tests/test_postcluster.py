@@ -5,6 +5,7 @@ import pytest
 
 from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
+from mesc_tf import postcluster as pc
 from mesc_tf.postcluster import affinity, cluster, post_proC, pretreat, spectral, thrC
 
 
@@ -50,6 +51,9 @@ def test_thrC_matches_loop(ratio):
         ref = thrC_loop(Cz, ratio)
         np.testing.assert_array_equal(got[:, nonzero], ref[:, nonzero])
         assert not got[:, ~nonzero].any()
+        if ratio < 1:  # the reference route's vectorised thrC, against the loop too
+            np.testing.assert_array_equal(pc._thrC_reference(C, ratio)[:, nonzero],
+                                          ref[:, nonzero])
 
 
 def test_thrC_keeps_input_and_ratio_one_copies():
@@ -70,6 +74,64 @@ def test_bad_inputs():
         post_proC(np.eye(5), 6, 1, 1.0)
     with pytest.raises(MescError, match="unknown post_proC variant 'nope'"):
         pretreat(np.eye(3), "nope")
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_settings_that_are_not_numbers_are_one_clear_error(method):
+    """NaN, inf, None or a string as n_clusters, subspace_dim, thr or power: a MescError naming
+    the setting, not numpy's or int()'s error."""
+    C = np.abs(np.random.default_rng(0).standard_normal((10, 10)))
+    good = dict(n_clusters=2, thr=0.2, subspace_dim=2, power=1.0)
+    cases = [("n_clusters", v, "n_clusters must be a whole number") for v in
+             (float("nan"), float("inf"), None, "3", 2.5)]
+    cases += [("subspace_dim", v, "subspace_dim must be a whole number") for v in
+              (float("nan"), None, "2")]
+    cases += [("thr", v, "ratio must be a finite number") for v in (None, "0.2", float("nan"))]
+    cases += [("power", v, "power must be a finite number") for v in (None, "8", float("inf"))]
+    for name, value, message in cases:
+        with pytest.raises(MescError, match=message):
+            cluster(C, **{**good, name: value}, method=method)
+    with pytest.raises(MescError, match="got '3'"):  # a string is shown as one
+        cluster(C, **{**good, "n_clusters": "3"}, method=method)
+
+
+def test_C_that_is_not_a_dense_numeric_array_is_one_clear_error():
+    import scipy.sparse as sp
+
+    with pytest.raises(MescError, match=r"thrC: C is a scipy.sparse matrix; .*C.toarray\(\)"):
+        cluster(sp.csr_array(np.eye(5)), 2, 0.2, 1, 1.0)
+    with pytest.raises(MescError, match="thrC: C is not an array of numbers"):
+        thrC([[1.0, 2.0], [3.0]], 0.2)
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_C_whose_sums_overflow_is_one_clear_error(method):
+    """Finite entries whose column sums (float32: thrC's bar) or squares (the SVD's CᵀC in
+    float64) overflow: the fast thrC parted from the reference there, and the routes then
+    failed inside numpy or sklearn (IndexError, ValueError)."""
+    for C in (np.full((10, 10), 3e38, np.float32), np.full((10, 10), 1e200)):
+        with pytest.raises(MescError, match="thrC: C's entries are too large"):
+            cluster(C, 2, 0.5, 1, 1.0, method=method)
+        with pytest.raises(MescError, match="C's entries are too large"):
+            thrC(C, 0.5)
+
+
+def test_spectral_checks_its_affinity():
+    with pytest.raises(MescError, match="spectral: the affinity L has negative entries"):
+        spectral(-np.ones((5, 5)), 2)  # sklearn: "Input contains NaN"
+    with pytest.raises(MescError, match="spectral: L contains NaN or inf; pass an affinity"):
+        spectral(np.full((5, 5), np.nan), 2)
+    with pytest.raises(MescError, match="spectral: L must be a square .* affinity matrix"):
+        spectral(np.ones((5, 4)), 2)
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_one_cluster_and_all_zero_C(method):
+    C, _ = _blocks()
+    np.testing.assert_array_equal(cluster(C, 1, 0.2, 3, 4.0, method=method), 0)
+    # 'dsc' keeps an all-zero C all zero: no affinity to cluster ('mesc' sets diag := 1).
+    with pytest.raises(MescError, match="affinity matrix is all zero"):
+        cluster(np.zeros((20, 20), np.float32), 2, 0.2, 2, 1.0, "dsc", method=method)
 
 
 def test_float16_C_is_taken_as_float32():

@@ -304,12 +304,16 @@ def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
 @pytest.mark.filterwarnings("ignore:k >= N:RuntimeWarning")  # sklearn, on these tiny sizes
 @pytest.mark.parametrize("method", ["fast", "strict"])
 def test_as_many_clusters_as_samples_or_one_fewer(method):
-    """Tiny problems (K ≥ n − 1) leave the shift-invert eigensolvers out on every route; the
-    fast and strict routes still give the reference route's labels."""
+    """Tiny problems (K ≥ n − 1) go to sklearn's spectral step on every route; nothing
+    certifies the fast route's labels there, so it flags them (info has its usual keys), and
+    strict recomputes the reference's affinity. Both give the reference route's labels here."""
     rng = np.random.default_rng(0)
     C = rng.random((12, 12)).astype(np.float32)
     for k in (11, 12):
-        labels = pc.cluster(C, k, 0.5, 1, 1.0, seed=0, method=method)
+        info = {}
+        labels = pc.cluster(C, k, 0.5, 1, 1.0, seed=0, method=method, info=info)
+        assert info["ill_posed"] is True and info["spectral"] == "sklearn's (K >= n - 1)"
+        assert (info.get("fallback") == "reference affinity") == (method == "strict")
         assert labels.shape == (12,) and len(np.unique(labels)) <= k
         np.testing.assert_array_equal(labels, pc.cluster(C, k, 0.5, 1, 1.0, seed=0,
                                                          method="reference"))
