@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import DATASETS, encoder_sizes, get_config  # noqa: E402
+from mesc_tf.files import atomic_write_text  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -50,7 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--n", type=int, help="images per batch (default: the dataset's size)")
     p.add_argument("--repeats", type=int, default=15, help="timed calls per route (default 15)")
     p.add_argument("--jit", action="store_true", help="compile both routes with XLA")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args(argv)
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
@@ -62,6 +63,8 @@ def parse_args(argv=None):
         p.error(f"--n must be >= 1, got {args.n}")
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.json:  # before the work, not after
+        cli.prepare_out_file(args.json, force=True, what="--json file")
     return args
 
 
@@ -314,7 +317,7 @@ def main(argv=None):
                                     "autoencoder_col2im_output_ms": ae_times["col2im_output"],
                                     "autoencoder_max_rel_diff": ae_rel}
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     return 0
 
 

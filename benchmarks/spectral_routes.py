@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mesc_tf import cli  # noqa: E402
 from mesc_tf import postcluster as pc  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
+from mesc_tf.files import atomic_write_text  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -35,7 +36,7 @@ def parse_args(argv=None):
     p.add_argument("--thr", type=float, required=True, help="thrC ratio ρ")
     p.add_argument("--settings", default="24:8,32:16", help="d:power pairs (default 24:8,32:16)")
     p.add_argument("--variant", default="mesc", choices=("mesc", "dsc", "dsc_diag"))
-    p.add_argument("--seed", type=int, default=0, help="seed of the spectral step")
+    p.add_argument("--seed", type=cli.seed_arg, default=0, help="seed of the spectral step")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args(argv)
     try:
@@ -47,6 +48,8 @@ def parse_args(argv=None):
         p.error("--settings: d must be >= 1 and the power > 0, e.g. 24:8,32:16")
     if not Path(args.coef).is_file():
         p.error(f"--coef: {args.coef} not found; save one with experiments/run.py --save-coef")
+    if args.json:  # before the work, not after
+        cli.prepare_out_file(args.json, force=True, what="--json file")
     return args
 
 
@@ -74,6 +77,10 @@ def main(argv=None):
         raise MescError(f"--coef: {args.coef} is not a .npy array; save C with experiments/run.py "
                         "--save-coef") from None
     C = pc._check_square(C, f"--coef {args.coef}")
+    if C.shape[0] <= pc.SI_LU_MAX_N:
+        raise MescError(f"--coef {args.coef}: n = {C.shape[0]}, but the routes compared here run "
+                        f"only above postcluster.SI_LU_MAX_N = {pc.SI_LU_MAX_N}; give the C of "
+                        "a larger set (MNIST-10k)")
     pc._check_clusters(args.clusters, C.shape[0], "--clusters")
     pc._check_ratio(args.thr)
     Cs = pc._pretreat_sparse(pc._thrC_sparse(C, args.thr), args.variant)
@@ -99,9 +106,9 @@ def main(argv=None):
               f"{row['same_labels']}", flush=True)
     print(f"LANCZOS_MAX_PRODUCTS = {pc.LANCZOS_MAX_PRODUCTS}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"coef": str(args.coef), "rows": rows,
-                                               "lanczos_max_products": pc.LANCZOS_MAX_PRODUCTS},
-                                              indent=1))
+        atomic_write_text(args.json, json.dumps({"coef": str(args.coef), "rows": rows,
+                                                 "lanczos_max_products": pc.LANCZOS_MAX_PRODUCTS},
+                                                indent=1))
     return 0
 
 

@@ -332,7 +332,7 @@ def parse_args(argv=None):
                    help="comma-separated (default: every dataset exported in --dir)")
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--repeats", type=int, default=50)
-    t.add_argument("--json", help="write the report here")
+    t.add_argument("--json", help="write the report here (after each dataset)")
     args = p.parse_args(argv)
     parser = e if args.command == "export" else t
     for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1)):
@@ -349,6 +349,8 @@ def parse_args(argv=None):
                          f"{folder}; write it with `python benchmarks/xla_step.py export --out "
                          f"{folder}`")
         args.datasets = names
+        if args.json:  # before compiling, not after
+            cli.prepare_out_file(args.json, force=True, what="--json file")
         try:
             import jax  # noqa: F401
         except ImportError:
@@ -366,4 +368,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(ROOT))
+    from mesc_tf import cli
+
+    sys.exit(cli.main_guard(main))

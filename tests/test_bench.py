@@ -20,18 +20,23 @@ def test_bench_writes_its_figures(tmp_path):
     env = {**os.environ, "MESC_DATA_DIR": str(tmp_path / "no-data")}
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--datasets", "orl",
-         "--warmup", "1", "--repeats", "2", "--jit", "off", "--post", "fast,reference",
+         "--warmup", "1", "--repeats", "2", "--jit", "off,on", "--post", "fast,reference",
          "--json", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (res,) = json.loads(out.read_text())["results"]
     assert res["dataset"] == "orl" and res["data"] == "random" and res["n"] == 400
-    assert len(res["steps_ms_all"]["off"]) == 3 and res["step_ms"]["off"] > 0
+    for mode in ("off", "on"):
+        assert len(res["steps_ms_all"][mode]) == 3 and res["step_ms"][mode] > 0
+    assert res["ratio_mode"] == "off"  # the ratios take the default, not the faster mode
     for key in ("floor_ms", "autoencoder_ms", "original_step_ms", "peak_rss_gib"):
         assert res[key] > 0, key
-    assert {"fast", "reference"} <= set(res["post"])
+    for method in ("fast", "reference"):
+        split = res["post"][method]
+        assert all(split[k] >= 0 for k in ("thrc_s", "svd_s", "spectral_s")), split
+        assert split["total_s"] >= split["thrc_s"] + split["svd_s"], split
     assert isinstance(res["labels_fast_equal_reference"], bool)
-    assert "orl" in proc.stdout and "AE ms" in proc.stdout  # the printed table
+    assert "orl" in proc.stdout and "ours ms off/on" in proc.stdout  # the printed table
 
 
 def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monkeypatch):
@@ -73,7 +78,10 @@ def test_spectral_routes_bad_coef_is_one_line(tmp_path):
 
     np.save(tmp_path / "rect.npy", np.ones((3, 4), np.float32))
     (tmp_path / "junk.npy").write_text("junk")
-    for name in ("rect.npy", "junk.npy", "missing.npy"):
+    # n <= SI_LU_MAX_N: neither route compared here runs (a KeyError after the work, before).
+    np.save(tmp_path / "small.npy", np.random.default_rng(0).random((50, 50), np.float32))
+    for name, needle in (("rect.npy", "square"), ("junk.npy", "not a .npy"),
+                         ("missing.npy", "not found"), ("small.npy", "run only above")):
         proc = subprocess.run(
             [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
              str(tmp_path / name), "--clusters", "2", "--thr", "0.1"],
@@ -81,11 +89,19 @@ def test_spectral_routes_bad_coef_is_one_line(tmp_path):
         assert proc.returncode == 2, (name, proc.stderr)
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --coef"), \
             proc.stderr
+        assert needle in proc.stderr, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
+         str(tmp_path / "small.npy"), "--clusters", "2", "--thr", "0.1", "--seed", "-1"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--seed" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_bench_bad_options_are_one_line():
     for argv, needle in ((["--datasets", "foo"], "choose from"), (["--repeats", "0"], ">= 1"),
-                         (["--seed", "-1"], "from 0 to"), (["--warmup", "-2"], ">= 0")):
+                         (["--seed", "-1"], "from 0 to"), (["--warmup", "-2"], ">= 0"),
+                         (["--e2e-epochs", "3"], "needs --e2e"),
+                         (["--coef", "/nonexistent/coefs"], "no such folder")):
         proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), *argv],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (argv, proc.stderr)
@@ -176,7 +192,8 @@ def test_xla_step_bad_options_are_one_line(tmp_path):
                          (["export", "--out", str(a_file)], "is a file"),
                          (["export", "--out", str(tmp_path), "--steps", "0"], ">= 1"),
                          (["time", "--dir", str(tmp_path)], "no exported program"),
-                         (["time", "--dir", str(tmp_path), "--warmup", "-1"], ">= 0")):
+                         (["time", "--dir", str(tmp_path), "--warmup", "-1"], ">= 0"),
+                         (["export", "--out", str(a_file / "sub")], "Not a directory")):
         proc = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, (argv, proc.stderr)
