@@ -125,20 +125,6 @@ def test_toy_affinity(data_env, tmp_path):
     assert len(list((out / "runs").glob("*.npy"))) == 2
 
 
-def test_toy_helpers():
-    import numpy as np
-
-    from experiments import toy_affinity
-
-    y = np.array([1, 1, 2, 2, 2])
-    ideal = toy_affinity.ideal_matrix(y)
-    assert toy_affinity.cosine(ideal, ideal) == pytest.approx(1.0)
-    A = toy_affinity.normalised(-3 * ideal + 1.0)  # |C| then min-max
-    assert A.min() == 0 and A.max() == 1
-    blocks, off = toy_affinity.block_stats(ideal, y)
-    assert [b["variance"] for b in blocks] == [0.0, 0.0] and off == 0.0
-
-
 def test_sensitivity(data_env, tmp_path):
     from experiments import sensitivity
 

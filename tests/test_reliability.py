@@ -632,9 +632,18 @@ def test_same_seed_same_labels(seeded_runs):
     """Same C and seed, same labels. The default post-clustering route takes the rank-r
     subspace from LAPACK (a dense eigh of CᵀC for n ≤ 4096) rather than scipy's svds, whose
     ARPACK restarts from unseeded random vectors on clustered singular values (as here, 3 steps
-    from he_normal), and it seeds the spectral step."""
+    from he_normal), and it seeds the spectral step: the seed alone decides, not NumPy's global
+    random state (which run.py also seeds, so two runs alone would not show it)."""
+    from mesc_tf import postcluster
+
     _, (a, b, _) = seeded_runs
     assert np.array_equal(a["labels"], b["labels"])
+    s = get_config("toy").mesc
+    for global_seed in (1, 2):
+        np.random.seed(global_seed)
+        labels = postcluster.cluster(a["coef"], 3, thr=s.thr, subspace_dim=s.subspace_dim,
+                                     power=s.power, variant=s.variant, seed=0)
+        np.testing.assert_array_equal(labels, a["labels"])
 
 
 # --- resume after SIGKILL ------------------------------------------------------------------------

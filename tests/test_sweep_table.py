@@ -110,13 +110,20 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
 
 
 def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
-    """Checked at once, but a run that stores nothing (--dry-run, --summary-only, an error
-    before training) leaves no folder."""
+    """Checked at once, but a run that stores nothing (--dry-run, --summary-only) leaves no
+    folder; the first C stored makes it, and reads back."""
     script = _script("sweep")
+    cache, out = tmp_path / "a" / "c", tmp_path / "records" / "toy.jsonl"
     for flag in ("--dry-run", "--summary-only"):
-        args = script.parse_args(["--dataset", "toy", "--coef-cache", str(tmp_path / "a" / "c"),
-                                  flag])
-        assert args.coef_cache and not list(tmp_path.iterdir())
+        argv = ["--dataset", "toy", "--coef-cache", str(cache), "--out", str(out), flag]
+        assert script.parse_args(argv).coef_cache
+        assert script.main(argv) == 0
+        assert not list(tmp_path.iterdir()), flag
+    coef = np.arange(9, dtype=np.float32).reshape(3, 3)
+    sweep.cache_store(cache, "k", coef, 1.5)
+    stored, seconds = sweep.cache_load(cache, "k", 3)
+    np.testing.assert_array_equal(stored, coef)
+    assert seconds == 1.5 and sweep.cache_load(cache, "other", 3) is None
 
 
 def test_our_wo_net_takes_a_datasets_coupled_settings():
