@@ -159,10 +159,11 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
     """Check an image array (and labels) and return it as float32 ``(n, h, w, 1)``.
 
     ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
-    or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values, images
-    that are all zero, a label count that is not one per image, fewer images than
-    ``n_clusters``, or labels whose number of distinct classes is not ``n_clusters``. ``where``
-    names the data in messages.
+    or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values or
+    values beyond float32's range, images that are all zero, a label count that is not one per
+    image, (given ``n_clusters``) fewer than 2 images or than ``n_clusters``, or labels whose
+    number of distinct classes is not ``n_clusters``; warns of negative pixels. ``where`` names
+    the data in messages.
     """
     x = np.asarray(x)
     if x.dtype.kind not in "biuf":
@@ -183,11 +184,17 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
             f"{where}: images are {h}x{w} but the architecture expects {eh}x{ew}; resize the "
             f"images or use an architecture with image_shape ({h}, {w})"
         )
-    x = x.astype(np.float32)
-    bad = int(np.count_nonzero(~np.isfinite(x)))
+    bad = int(np.count_nonzero(~np.isfinite(x))) if x.dtype.kind == "f" else 0
     if bad:
         raise MescError(
             f"{where}: images hold {bad} NaN or infinite values; remove or fill them first"
+        )
+    with np.errstate(over="ignore"):  # reported below
+        x = x.astype(np.float32)
+    if not np.isfinite(x).all():  # float64 values that overflow float32
+        raise MescError(
+            f"{where}: images hold values beyond float32's range (magnitude over 3.4e38); "
+            f"rescale them, e.g. to [0, 1]"
         )
     if y is not None:
         y = np.asarray(y).ravel()

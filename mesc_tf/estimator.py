@@ -19,6 +19,7 @@ Subspace clustering is transductive: it clusters the images it is fitted on and 
 from __future__ import annotations
 
 import numbers
+import os
 import time
 import warnings
 
@@ -29,7 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from mesc_tf.config import Architecture, Pretrain, Settings, check_post_method, check_seed
 from mesc_tf.data import validate_images
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 # The architecture of the digit and face benchmarks (USPS 16x16, MNIST 28x28, EYaleB 48x42).
 DEEP_KERNELS, DEEP_CHANNELS = (5, 3, 3), (10, 20, 30)
@@ -180,15 +181,16 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
     def _settings(self) -> Settings:
         try:
-            return self._make_settings()
-        except TypeError as e:  # e.g. a string where a number belongs
-            raise MescError(f"invalid fine-tuning or clustering parameter ({e})") from None
-
-    def _make_settings(self) -> Settings:
-        return Settings(framework=self.framework, regularizer=self.regularizer, reg1=self.reg1,
-                        reg2=self.reg2, lr=self.lr, epochs=self.epochs,
-                        coef_init=self.coef_init, recon_scale=self.recon_scale, thr=self.thr,
-                        subspace_dim=self.subspace_dim, power=self.power, variant=self.variant)
+            return Settings(framework=self.framework, regularizer=self.regularizer,
+                            reg1=self.reg1, reg2=self.reg2, lr=self.lr, epochs=self.epochs,
+                            coef_init=self.coef_init, recon_scale=self.recon_scale,
+                            thr=self.thr, subspace_dim=self.subspace_dim, power=self.power,
+                            variant=self.variant)
+        except MescError:
+            raise
+        except (TypeError, ValueError) as e:  # a string or an array where a number belongs
+            raise MescError(f"invalid fine-tuning or clustering parameter ({one_line(e)}); "
+                            "give each one a single number") from None
 
     def _schedule(self) -> Pretrain:
         s = Pretrain(lr=self.pretrain_lr, max_steps=self.pretrain_steps,
@@ -204,6 +206,14 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             raise MescError(f"pretrain_min_delta must be a finite number >= 0, "
                             f"got {s.min_delta!r}")
         return s
+
+    def _weights(self):
+        """``weights`` checked to be None or a path (a bad type reaches h5py otherwise)."""
+        w = self.weights
+        if w is not None and (not isinstance(w, (str, os.PathLike)) or os.fspath(w) == ""):
+            raise MescError(f"weights must be the path of a .h5 auto-encoder file, or None to "
+                            f"pretrain on X, got {w!r}")
+        return w
 
     def _seed(self):
         rs = self.random_state
@@ -226,13 +236,13 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             raise MescError(f"image_shape must be (height, width), got {self.image_shape!r}")
         return tuple(int(s) for s in shape)
 
-    def _architecture(self, image_shape) -> Architecture:
+    def _architecture(self, image_shape, weights=None) -> Architecture:
         """The architecture from kernels/channels, else from weights, else the default."""
         if self.kernels is None and self.channels is None:
-            if self.weights is not None:
+            if weights is not None:
                 from mesc_tf.weights import read_autoencoder_file
 
-                return read_autoencoder_file(self.weights)[0]
+                return read_autoencoder_file(weights)[0]
             return default_architecture(image_shape)
         if self.kernels is None or self.channels is None:
             raise MescError("give both kernels and channels (one per encoder layer), or neither "
@@ -281,10 +291,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         k = self._n_clusters()
         settings = self._settings()
         check_post_method(self.post_method)  # before pretraining
-        schedule = self._schedule() if self.weights is None else None
+        weights = self._weights()
+        schedule = self._schedule() if weights is None else None
         seed = self._seed()
-        if self.weights is not None and self.kernels is None and self.channels is None:
-            arch = self._architecture(None)  # the one stored in the weights file
+        if weights is not None and self.kernels is None and self.channels is None:
+            arch = self._architecture(None, weights)  # the one stored in the weights file
             x = self._validate_images(X, n_clusters=k, image_shape=arch.image_shape)
         else:
             x = self._validate_images(X, n_clusters=k)
@@ -295,8 +306,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         configure_runtime(seed)
         timings = {"pretrain_s": 0.0}
         pretrain_info = None
-        if self.weights is not None:
-            ae, source = pipeline.get_autoencoder(arch, weights=self.weights)
+        if weights is not None:
+            ae, source = pipeline.get_autoencoder(arch, weights=weights)
         elif schedule.max_steps == 0:  # as run.py --no-pretrain
             ae, source = pipeline.get_autoencoder(arch, no_pretrain=True)
         else:

@@ -177,11 +177,15 @@ def bad_fits():
     yield "channels 0", MESCClustering(2, kernels=3, channels=0), x, "channels"
     yield "pretrain_lr inf", MESCClustering(2, pretrain_lr=np.inf), x, "pretrain_lr must be a"
     yield "reg2 type", MESCClustering(2, reg2="big"), x, "parameter"
+    yield ("reg1 array", MESCClustering(2, reg1=np.array([1.0, 2.0])), x,
+           "invalid fine-tuning .*single number")
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
     yield "random_state", MESCClustering(2, random_state="seed"), x, "random_state"
     yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"
     yield "image_shape", MESCClustering(2, image_shape=(8, 9)), x, "architecture expects 8x9"
     yield "weights file", MESCClustering(2, weights="/nonexistent/ae.h5"), x, "not found"
+    yield "weights int", MESCClustering(2, weights=3), x, "weights must be the path .*got 3"
+    yield "weights empty", MESCClustering(2, weights=""), x, "weights must be the path .*got ''"
     yield ("post_method", MESCClustering(2, post_method="exact"), x,
            "unknown post-clustering method 'exact'")
 
