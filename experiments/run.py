@@ -78,8 +78,8 @@ def main(argv=None, cleanup=None):
     out, created = cli.prepare_out_dir(
         args.out, f"{args.dataset}-{settings.framework}-{settings.regularizer}-seed{args.seed}",
         force=args.force, resume=args.resume)
-    if created and cleanup is not None:
-        cleanup.append(out)
+    if created is not None and cleanup is not None:
+        cleanup.append(created)
     tb = out / "tb" if args.tensorboard else None
     if tb is not None and tb.exists():
         cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")

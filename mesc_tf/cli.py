@@ -9,8 +9,10 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS, check_seed
@@ -85,7 +87,8 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
     """Create (or reuse, with --resume/--force) a run directory, checking it is writable.
 
     A directory that already holds results.json is refused unless ``force`` or ``resume``.
-    Returns (path, created) so that a failed run can remove a directory it created.
+    Returns (path, created): created is the topmost folder this call made (``out`` or a parent
+    of it, for a failed run to remove), or None.
     """
     if out is None:  # a new directory per run, even for runs started in the same second
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -98,7 +101,7 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
             except OSError:
                 break  # reported below
             try:
-                return writable_dir(out), True
+                return writable_dir(out), out
             except MescError:
                 shutil.rmtree(out, ignore_errors=True)
                 raise
@@ -106,12 +109,12 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
     if (out / "results.json").exists() and not (force or resume):
         raise MescError(f"{out} already holds a finished run (results.json); choose another --out, "
                         "or pass --force to overwrite it")
-    created = not out.exists()
+    created = next((d for d in [*reversed(out.parents), out] if not d.exists()), None)
     try:
         return writable_dir(out), created
     except MescError:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         raise
 
 
@@ -228,6 +231,15 @@ def training_interrupted(checkpointing: bool) -> str:
             "long run can be resumed)")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch system's time limit), handled as Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
 def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     """Run ``main()``; turn user errors into one line and exit status 2.
 
@@ -235,9 +247,12 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     failed run leaves nothing half-written behind; a folder that holds a training checkpoint
     (a ``state.json`` anywhere below it) is kept, so that ``--resume`` can continue. Anything
     else (a bug) keeps its traceback, after the same cleanup. ``interrupted()`` gives the
-    line for Ctrl-C: what is kept and how to go on.
+    line for Ctrl-C, and for SIGTERM (exit status 143; by default Python would die at once,
+    leaving --jobs workers computing): what is kept and how to go on.
     """
     cleanup = cleanup if cleanup is not None else []
+    previous = (signal.signal(signal.SIGTERM, _raise_terminated)
+                if threading.current_thread() is threading.main_thread() else None)
     try:
         return main()
     except (MescError, OSError) as e:
@@ -249,13 +264,13 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
         _remove(cleanup)
         sys.stderr.write(f"error: {message}\n")
         sys.exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _remove(cleanup)
         if sys.stdout.isatty():  # end the progress bar's line
             sys.stdout.write("\n")
             sys.stdout.flush()
         sys.stderr.write(f"error: {interrupted()}\n")
-        sys.exit(130)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
     except Exception as e:  # an out-of-memory error from TF, for one
         if type(e).__name__ == "ResourceExhaustedError":
             _remove(cleanup)
@@ -264,6 +279,9 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
             sys.exit(2)
         _remove(cleanup)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _remove(paths):

@@ -248,7 +248,7 @@ def test_run_bad_input(case, files, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(pipeline, "PRETRAINED_DIR", files["empty"])  # no pretrained/<ds>.h5
     build, needles = RUN_CASES[case]
     argv = list(build(files))
-    out = tmp_path / "run"
+    out = tmp_path / "new" / "run"  # a failed run removes the parent it made too
     if "--out" not in argv and "--resume needs" not in needles[0]:
         argv += ["--out", out]
     if "--save-coef" not in argv:
@@ -354,6 +354,60 @@ def test_main_guard_cleanup(tmp_path, capsys):
                            interrupted=lambda: cli.training_interrupted(checkpointing))
         err = capsys.readouterr().err
         assert e.value.code == 130 and err.startswith("error: interrupted;") and advice in err
+    with pytest.raises(SystemExit) as e:  # SIGTERM's, the same line and exit 143
+        cli.main_guard(fail(cli.Terminated()))
+    assert e.value.code == 143 and capsys.readouterr().err == f"error: {cli.INTERRUPTED}\n"
+
+
+def _descendants(pid):
+    """PIDs of a process's children and theirs (Linux /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            kids = [int(k) for k in task.read_text().split()]
+            found += kids
+            todo += kids
+    return found
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
+    """kill (SIGTERM) of a sweep with --jobs 2 stops its worker processes with it, as Ctrl-C
+    does: by default Python dies at once and the workers trained on, orphaned."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "toy",
+         "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
+         "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers = []
+    try:
+        end = time.monotonic() + 180
+        while len([p for p in _descendants(proc.pid) if _alive(p)]) < 2:
+            assert proc.poll() is None and time.monotonic() < end, "no workers started"
+            time.sleep(0.2)
+        time.sleep(3)  # the workers are training
+        workers = _descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        end = time.monotonic() + 30
+        while any(_alive(p) for p in workers) and time.monotonic() < end:
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        survivors = [p for p in workers if _alive(p)]
+    for p in survivors:  # where the test fails, not the workers' training on
+        os.kill(p, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    assert err.splitlines()[-1].startswith("error: interrupted; finished trials are kept")
+    assert not survivors
 
 
 # --- results never lost -------------------------------------------------------------------------
