@@ -198,7 +198,7 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
             verbose=verbose, log_dir=log_dir, backup_dir=backup_dir,
             checkpoint_every=checkpoint_every, callbacks=callbacks, jit_compile=jit_compile)
         steps = int(net.optimizer.iterations.numpy())  # a resumed run's too
-        final_lr = float(keras.ops.convert_to_numpy(net.optimizer.learning_rate))
+        final_lr = float(net.optimizer.learning_rate.numpy())
     else:  # no training: only the rescaling below, of ``init``
         history, seconds, steps, final_lr = {}, 0.0, 0, None
     factors = (rescale_activations(ae, x, schedule.activation_scale)
