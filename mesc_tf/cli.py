@@ -271,13 +271,17 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
             sys.stdout.flush()
         sys.stderr.write(f"error: {interrupted()}\n")
         sys.exit(143 if isinstance(e, Terminated) else 130)
-    except Exception as e:  # an out-of-memory error from TF, for one
+    except Exception as e:  # out of memory, in TF or (killed by the system) in a worker
+        _remove(cleanup)
         if type(e).__name__ == "ResourceExhaustedError":
-            _remove(cleanup)
             sys.stderr.write("error: out of memory while training; use a smaller problem or a "
                              "machine with more memory\n")
             sys.exit(2)
-        _remove(cleanup)
+        if type(e).__name__ == "TerminatedWorkerError":  # joblib's, for --jobs
+            sys.stderr.write("error: a --jobs worker process was killed (by the system when "
+                             "memory runs out, or by hand); what was finished is kept: rerun "
+                             "the same command, with fewer --jobs if memory ran out\n")
+            sys.exit(2)
         raise
     finally:
         if previous is not None:

@@ -357,6 +357,16 @@ def test_main_guard_cleanup(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:  # SIGTERM's, the same line and exit 143
         cli.main_guard(fail(cli.Terminated()))
     assert e.value.code == 143 and capsys.readouterr().err == f"error: {cli.INTERRUPTED}\n"
+    # A --jobs worker killed (the OOM killer): one line, not joblib's traceback.
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+
+    plain.mkdir()
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(fail(TerminatedWorkerError("A worker process managed by the executor "
+                                                  "was unexpectedly terminated.\n...")), [plain])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and not plain.exists()
+    assert err.startswith("error: a --jobs worker process was killed") and "fewer --jobs" in err
 
 
 def _descendants(pid):
