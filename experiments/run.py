@@ -75,11 +75,11 @@ def main(argv=None, cleanup=None):
     ds = data.load_dataset(args.dataset, args.data_dir)
     load_s = time.perf_counter() - t0
     pipeline.check_memory(len(ds.x), cfg.arch, settings.subspace_dim * ds.n_clusters + 1)
-    out, created = cli.prepare_out_dir(
+    out, made = cli.prepare_out_dir(
         args.out, f"{args.dataset}-{settings.framework}-{settings.regularizer}-seed{args.seed}",
         force=args.force, resume=args.resume)
-    if created is not None and cleanup is not None:
-        cleanup.append(created)
+    if cleanup is not None:
+        cleanup.extend(made)
     tb = out / "tb" if args.tensorboard else None
     if tb is not None and tb.exists():
         cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")

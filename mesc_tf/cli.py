@@ -87,8 +87,8 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
     """Create (or reuse, with --resume/--force) a run directory, checking it is writable.
 
     A directory that already holds results.json is refused unless ``force`` or ``resume``.
-    Returns (path, created): created is the topmost folder this call made (``out`` or a parent
-    of it, for a failed run to remove), or None.
+    Returns (path, made): what a failed run removes (main_guard's cleanup list), the directory
+    if this call made it and, as :class:`IfEmpty`, the parents it made.
     """
     if out is None:  # a new directory per run, even for runs started in the same second
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -101,7 +101,7 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
             except OSError:
                 break  # reported below
             try:
-                return writable_dir(out), out
+                return writable_dir(out), [out]
             except MescError:
                 shutil.rmtree(out, ignore_errors=True)
                 raise
@@ -109,13 +109,25 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
     if (out / "results.json").exists() and not (force or resume):
         raise MescError(f"{out} already holds a finished run (results.json); choose another --out, "
                         "or pass --force to overwrite it")
-    created = next((d for d in [*reversed(out.parents), out] if not d.exists()), None)
+    made = [] if out.exists() else [out, *_missing_parents(out)]
     try:
-        return writable_dir(out), created
+        return writable_dir(out), made
     except MescError:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+        _remove(made)
         raise
+
+
+class IfEmpty:
+    """A cleanup entry for a folder made as a parent of an output: removed only if empty (a
+    concurrent run may be using it by then)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+
+def _missing_parents(path):
+    """IfEmpty entries of ``path``'s missing parent folders, deepest first."""
+    return [IfEmpty(p) for p in Path(path).parents if not p.exists()]
 
 
 def writable_dir(out, option="--out DIR") -> Path:
@@ -145,17 +157,17 @@ def prepare_out_file(path, *, force=False, what="output file"):
     if path.exists() and not force:
         raise MescError(f"{what} {path} already exists; choose another name, or pass --force "
                         "to overwrite it")
-    created = [p for p in reversed(path.parents) if not p.exists()]
+    made = _missing_parents(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".write-test-")
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        _remove(created[:1])
+        _remove(made)
         raise MescError(f"cannot write {what} {path} ({e.strerror}); give a path in a writable "
                         "folder") from None
-    return created[:1]  # removing the topmost created folder removes the others
+    return made
 
 
 def write_json(path, obj):
@@ -289,10 +301,20 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
 
 
 def _remove(paths):
+    """Remove a failed run's outputs: files, folders (unless they hold a checkpoint), then the
+    IfEmpty parent folders that are empty by then, deepest first."""
     for p in paths:
+        if isinstance(p, IfEmpty):
+            continue
         p = Path(p)
         if p.is_dir():
             if next(p.glob("**/state.json"), None) is None:  # keep resumable checkpoints
                 shutil.rmtree(p, ignore_errors=True)
         elif p.exists():
             p.unlink()
+    parents = {p.path for p in paths if isinstance(p, IfEmpty)}
+    for p in sorted(parents, key=lambda p: len(p.parts), reverse=True):
+        try:
+            p.rmdir()
+        except OSError:  # not empty (or gone)
+            pass

@@ -369,6 +369,24 @@ def test_main_guard_cleanup(tmp_path, capsys):
     assert err.startswith("error: a --jobs worker process was killed") and "fewer --jobs" in err
 
 
+def test_cleanup_keeps_parent_folders_another_run_uses(tmp_path):
+    """A failed run removes its own directory and the parents it made, but a parent that holds
+    another run's files by then stays (runs started together into one new folder)."""
+    out, made = cli.prepare_out_dir(tmp_path / "exp" / "a" / "seed0", "x")
+    assert out.is_dir() and [Path(getattr(m, "path", m)) for m in made] == [
+        tmp_path / "exp" / "a" / "seed0", tmp_path / "exp" / "a", tmp_path / "exp"]
+    (out / "partial.txt").write_text("")
+    other = tmp_path / "exp" / "b" / "seed1"  # the other run's
+    other.mkdir(parents=True)
+    (other / "results.json").write_text("{}")
+    coef = cli.prepare_out_file(tmp_path / "exp" / "c" / "C.npy", what="--save-coef file")
+    cli._remove([*made, *coef])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "exp", "exp/b", "exp/b/seed1", "exp/b/seed1/results.json"]
+    cli._remove(cli.prepare_out_dir(tmp_path / "new" / "run", "x")[1])  # alone: all of it
+    assert not (tmp_path / "new").exists()
+
+
 def _descendants(pid):
     """PIDs of a process's children and theirs (Linux /proc)."""
     found, todo = [], [pid]
