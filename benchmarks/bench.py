@@ -8,7 +8,8 @@ Per dataset it measures, in that one process:
 
 * ``step_ms``: milliseconds per fine-tuning step through the real path (``pipeline.fine_tune``
   → ``keras.Model.fit``, one epoch = one full-batch Adam step), the median of ``--repeats``
-  steps after ``--warmup``, with ``jit_compile`` off and on (``--jit``);
+  steps after ``--warmup``, with ``jit_compile`` off and on (``--jit``); the ratios below take
+  the default, off (``ratio_mode``);
 * ``original_step_ms``: the same for the released MESC graph (TF1 ops in a ``tf.compat.v1``
   session, ``mesc_tf.released_graph``), fetching the loss and C with every update as the
   released script does (reference-facts §2.6), same weights and settings;
