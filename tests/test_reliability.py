@@ -393,7 +393,10 @@ def _descendants(pid):
     while todo:
         p = todo.pop()
         for task in Path(f"/proc/{p}/task").glob("*/children"):
-            kids = [int(k) for k in task.read_text().split()]
+            try:
+                kids = [int(k) for k in task.read_text().split()]
+            except OSError:  # the thread or process ended meanwhile
+                continue
             found += kids
             todo += kids
     return found
@@ -434,7 +437,9 @@ def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
     for p in survivors:  # where the test fails, not the workers' training on
         os.kill(p, signal.SIGKILL)
     assert proc.returncode == 143, err
-    assert err.splitlines()[-1].startswith("error: interrupted; finished trials are kept")
+    # One error line (a worker's TensorFlow may log after it: they share stderr).
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: interrupted; finished trials are kept"), err
     assert not survivors
 
 
