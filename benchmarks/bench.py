@@ -62,6 +62,10 @@ ISSUE = {
 }
 # (warm-up, timed) steps per dataset: MNIST steps take seconds.
 DEFAULT_STEPS = {"orl": (5, 20), "coil20": (3, 10), "eyaleb": (3, 8), "mnist": (2, 5)}
+# Folders made for --json, removed if the run then fails (cli.main_guard).
+CLEANUP = []
+
+
 def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
@@ -395,7 +399,7 @@ def main(argv=None):
     from mesc_tf.files import atomic_write_text
 
     if args.json:  # before the long runs, not after
-        cli.prepare_out_file(args.json, force=True, what="--json file")
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     load_before = os.getloadavg()
     report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -447,4 +451,4 @@ def main(argv=None):
 if __name__ == "__main__":
     from mesc_tf import cli
 
-    cli.main_guard(main)
+    cli.main_guard(main, CLEANUP)

@@ -43,6 +43,9 @@ from mesc_tf import cli  # noqa: E402
 from mesc_tf.config import DATASETS, encoder_sizes, get_config  # noqa: E402
 from mesc_tf.files import atomic_write_text  # noqa: E402
 
+# Folders made for --json, removed if the run then fails (cli.main_guard).
+CLEANUP = []
+
 
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -64,7 +67,7 @@ def parse_args(argv=None):
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.json:  # before the work, not after
-        cli.prepare_out_file(args.json, force=True, what="--json file")
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     return args
 
 
@@ -322,4 +325,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(cli.main_guard(main))
+    sys.exit(cli.main_guard(main, CLEANUP))

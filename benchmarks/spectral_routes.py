@@ -28,6 +28,9 @@ from mesc_tf import postcluster as pc  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
 from mesc_tf.files import atomic_write_text  # noqa: E402
 
+# Folders made for --json, removed if the run then fails (cli.main_guard).
+CLEANUP = []
+
 
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -49,7 +52,7 @@ def parse_args(argv=None):
     if not Path(args.coef).is_file():
         p.error(f"--coef: {args.coef} not found; save one with experiments/run.py --save-coef")
     if args.json:  # before the work, not after
-        cli.prepare_out_file(args.json, force=True, what="--json file")
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     return args
 
 
@@ -113,4 +116,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(cli.main_guard(main))
+    sys.exit(cli.main_guard(main, CLEANUP))

@@ -42,6 +42,8 @@ DATASETS = ("orl", "coil20", "eyaleb", "mnist")
 # C after the last step is kept in as many whole rows as make up 2 MiB.
 REF_VALUES = 2**19
 HOST_OR_CUSTOM = {"custom-call", "infeed", "outfeed", "send", "send-done", "recv", "recv-done"}
+# Folders made for --json, removed if the run then fails (cli.main_guard).
+CLEANUP = []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +352,7 @@ def parse_args(argv=None):
                          f"{folder}`")
         args.datasets = names
         if args.json:  # before compiling, not after
-            cli.prepare_out_file(args.json, force=True, what="--json file")
+            CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
         try:
             import jax  # noqa: F401
         except ImportError:
@@ -371,4 +373,4 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     from mesc_tf import cli
 
-    sys.exit(cli.main_guard(main))
+    sys.exit(cli.main_guard(main, CLEANUP))

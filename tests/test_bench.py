@@ -95,6 +95,14 @@ def test_spectral_routes_bad_coef_is_one_line(tmp_path):
          str(tmp_path / "small.npy"), "--clusters", "2", "--thr", "0.1", "--seed", "-1"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--seed" in proc.stderr and proc.stderr.count("\n") == 1
+    # A --json folder made before the work is removed when the work then fails.
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
+         str(tmp_path / "small.npy"), "--clusters", "2", "--thr", "0.1", "--json",
+         str(tmp_path / "new" / "routes.json")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "run only above" in proc.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_bench_bad_options_are_one_line():
