@@ -14,7 +14,7 @@ from munkres import Munkres
 from sklearn.metrics import adjusted_rand_score, f1_score, normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 
 def _labels(y, name: str) -> np.ndarray:
@@ -24,7 +24,7 @@ def _labels(y, name: str) -> np.ndarray:
     try:
         y = np.asarray(y)
     except (TypeError, ValueError) as e:  # ragged nested lists
-        raise MescError(f"{name} is not an array of labels ({e})") from None
+        raise MescError(f"{name} is not an array of labels ({one_line(e)})") from None
     if y.ndim == 2 and 1 in y.shape:
         y = y.ravel()
     if y.ndim != 1 or y.size == 0:

@@ -94,7 +94,7 @@ from sklearn.preprocessing import normalize
 
 from mesc_tf.config import POST_METHODS as METHODS  # noqa: F401  (the routes' names)
 from mesc_tf.config import VARIANTS, check_post_method
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 # OpenBLAS threads for LAPACK's symmetric eigensolver (None: the library's default).
 EIGH_THREADS: int | None = 1
@@ -176,7 +176,7 @@ def _check_square(C, where: str, name: str = "C") -> np.ndarray:
     try:
         C = np.asarray(C)
     except (TypeError, ValueError) as e:  # ragged nested lists
-        raise MescError(f"{where}: {name} is not an array of numbers ({e})") from None
+        raise MescError(f"{where}: {name} is not an array of numbers ({one_line(e)})") from None
     if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] < 2:
         raise MescError(f"{where}: {name} must be a square n×n matrix with n >= 2, got shape "
                         f"{C.shape}; pass the {what}")
