@@ -57,6 +57,23 @@ def tf1_ckpts(shared_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
+def synthetic_tf1(tmp_path_factory) -> dict:
+    """As ``tf1_ckpts``, but random weights at the same places under a temporary folder: for
+    tests that need a checkpoint of the right form, not the authors' numbers."""
+    from synthetic import write_tf1_dir
+
+    return write_tf1_dir(tmp_path_factory.mktemp("tf1"))
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory) -> Path:
+    """A data folder with random ORL and COIL20 (hence Toy) files of the real shapes."""
+    from synthetic import write_data_dir
+
+    return write_data_dir(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
 def runtime():
     """Seed everything once and switch on deterministic float32 (configure_runtime(0))."""
     from mesc_tf.training import configure_runtime

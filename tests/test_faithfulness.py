@@ -138,12 +138,12 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
     (["--against", "{tmp}/c.npy"], "not the 400×400 C"),
     (["--against", "{tmp}/missing.npy"], "cannot read --against"),
 ])
-def test_faithfulness_command_refuses_bad_input(argv, message, tf1_ckpts, shared_data, tmp_path,
-                                                monkeypatch, capsys):
-    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, synthetic_data,
+                                                tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     np.save(tmp_path / "c.npy", np.zeros((3, 3), np.float32))
     script = load_script("faithfulness")
-    argv = ["--dataset", "orl", "--tf1-checkpoint", str(tf1_ckpts["orl"]),
+    argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]),
             *[a.format(tmp=tmp_path) for a in argv], "--json", str(tmp_path / "f.json")]
     with pytest.raises(SystemExit) as e:
         cli.main_guard(lambda: script.main(argv))
@@ -152,10 +152,10 @@ def test_faithfulness_command_refuses_bad_input(argv, message, tf1_ckpts, shared
     assert err.count("\n") == 1 and not (tmp_path / "f.json").exists()
 
 
-def test_faithfulness_command_leaves_no_folder_after_an_error(shared_data, tmp_path,
+def test_faithfulness_command_leaves_no_folder_after_an_error(synthetic_data, tmp_path,
                                                              monkeypatch, capsys):
     """The folders made for --json go again when the run fails (here: no such checkpoint)."""
-    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     with pytest.raises(SystemExit) as e:
         load_script("faithfulness").run(["--dataset", "toy", "--epochs", "2", "--tf1-checkpoint",
                                          "/nonexistent/model.ckpt", "--json",

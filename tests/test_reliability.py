@@ -30,6 +30,7 @@ import scipy.io
 
 from mesc_tf import cli
 from mesc_tf.config import get_config
+from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
 
 ROOT = Path(__file__).resolve().parents[1]
 # Keras' save/load_weights warns about numpy 2's copy keyword; not this module's business.
@@ -73,33 +74,6 @@ def assert_one_error_line(err, *needles):
 
 
 # --- synthetic inputs --------------------------------------------------------------------------
-
-
-def write_fea_gnd(path, n_classes, per_class, pixels=1024, dtype=np.uint8, seed=0, **extra):
-    rng = np.random.default_rng(seed)
-    fea = rng.integers(0, 256, size=(n_classes * per_class, pixels)).astype(dtype)
-    gnd = np.repeat(np.arange(1, n_classes + 1), per_class)[:, None].astype(np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scipy.io.savemat(str(path), {"fea": fea, "gnd": gnd, **extra})
-    return fea, gnd
-
-
-def write_tf1_checkpoint(prefix, arch, drop=()):
-    """A TF1-style checkpoint (enc_w*, dec_w*, Variable*) for ``arch``, without ``drop``."""
-    import tensorflow as tf
-
-    from mesc_tf.model import ConvAutoEncoder
-
-    ae = ConvAutoEncoder(arch).build_for_input()
-    n = len(arch.kernels)
-    tensors = {f"enc_w{i}": ae.encoder_layers[i].kernel for i in range(n)}
-    tensors.update({f"dec_w{j}": ae.decoder_layers[j].kernel for j in range(n)})
-    biases = [layer.bias for layer in ae.named_layers]
-    tensors.update({("Variable" if k == 0 else f"Variable_{k}"): b for k, b in enumerate(biases)})
-    names = [k for k in tensors if k not in drop]
-    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=[tf.convert_to_tensor(tensors[k]) for k in names])
-    return prefix
 
 
 @pytest.fixture(scope="module")

@@ -280,9 +280,9 @@ def test_thread_limit_reaches_blas_in_this_process_and_needs_a_worker_otherwise(
     assert blas_threads() == before
 
 
-def test_tf1_checkpoint_may_be_named_by_one_of_its_files(tf1_ckpts):
+def test_tf1_checkpoint_may_be_named_by_one_of_its_files(synthetic_tf1):
     """As run.py takes it (README: PREFIX or one of its files), so do sweeps and tables."""
-    prefix = tf1_ckpts["orl"]
+    prefix = synthetic_tf1["orl"]
     want = sweep.resolve_autoencoder("orl", tf1_checkpoint=str(prefix))
     for f in (f"{prefix}.index", next(prefix.parent.glob(f"{prefix.name}.data-*"))):
         assert sweep.resolve_autoencoder("orl", tf1_checkpoint=str(f)) == want
@@ -337,12 +337,12 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     assert len(sweep.read_records(out)[0]) == 12
 
 
-def test_unwritable_outputs_fail_before_training(shared_data, toy_weights, tmp_path, capsys,
+def test_unwritable_outputs_fail_before_training(synthetic_data, toy_weights, tmp_path, capsys,
                                                  monkeypatch):
     """--out under a file: one error line before any training, nothing written."""
     from mesc_tf import cli
 
-    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     sweep_argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1",
@@ -490,20 +490,20 @@ def test_table_smoke_run_needs_its_own_out():
     assert mod.parse_args(["--datasets", "toy"]).out == REPO / "experiments" / "results"
 
 
-def test_default_outputs_are_in_the_checkout_wherever_the_command_runs(tf1_ckpts, tmp_path,
+def test_default_outputs_are_in_the_checkout_wherever_the_command_runs(synthetic_tf1, tmp_path,
                                                                      monkeypatch):
     monkeypatch.chdir(tmp_path)
     results = REPO / "experiments" / "results"
     assert _script("table").parse_args(["--datasets", "toy"]).out == results
     assert _script("sweep").parse_args(["--dataset", "toy"]).out == results / "sweeps" / "toy.jsonl"
-    tf1_dir = tf1_ckpts["coil20"].parents[2]
+    tf1_dir = synthetic_tf1["coil20"].parents[2]
     assert (_script("compare_autoencoders").parse_args(["--datasets", "toy", "--tf1-dir",
                                                         str(tf1_dir)]).out
             == results / "autoencoders")
 
 
-def test_table_sweep_and_compare_ae_take_the_seed_forms_of_the_figure_scripts(tf1_ckpts):
-    tf1 = ["--tf1-dir", str(tf1_ckpts["coil20"].parents[2])]
+def test_table_sweep_and_compare_ae_take_the_seed_forms_of_the_figure_scripts(synthetic_tf1):
+    tf1 = ["--tf1-dir", str(synthetic_tf1["coil20"].parents[2])]
     for name, argv, default in (("table", [], [0, 1, 2, 3, 4]), ("sweep", [], [0]),
                                 ("compare_autoencoders", tf1, [0, 1, 2, 3, 4])):
         mod, flag = _script(name), "--dataset" if name == "sweep" else "--datasets"
@@ -549,9 +549,9 @@ def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
     assert table.cell_is_current({**cell, "max_epochs": None}, s, [0], ae)
 
 
-def test_table_that_fails_before_its_first_cell_leaves_no_folder(shared_data, toy_weights,
+def test_table_that_fails_before_its_first_cell_leaves_no_folder(synthetic_data, toy_weights,
                                                                  tmp_path, monkeypatch):
-    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     monkeypatch.setenv("MESC_MEMORY_LIMIT_BYTES", "1000")  # sweep.memory_check refuses
     with pytest.raises(MescError, match="GiB"):
         _script("table").main(["--datasets", "toy", "--methods", "our", "--seeds", "0",

@@ -119,9 +119,9 @@ def test_tf1_checkpoint_conversion(name, tf1_ckpts, tmp_path):
     np.testing.assert_array_equal(converted(x).numpy(), direct(x).numpy())
 
 
-def test_image_shape_with_its_channel_is_accepted(tf1_ckpts, tmp_path):
+def test_image_shape_with_its_channel_is_accepted(synthetic_tf1, tmp_path):
     assert Architecture((32, 32, 1), (3,), (15,)) == Architecture((32, 32), (3,), (15,))
-    out = convert_tf1_checkpoint(tf1_ckpts["coil20"], (32, 32, 1), tmp_path / "c.h5")
+    out = convert_tf1_checkpoint(synthetic_tf1["coil20"], (32, 32, 1), tmp_path / "c.h5")
     assert load_autoencoder(out, get_config("coil20").arch)[1]["converted_from"]
     expect_error("image_shape must be \\(height, width\\) of one-channel images, got "
                  "\\(32, 32, 3\\)", Architecture, (32, 32, 3), (3,), (15,))
@@ -139,9 +139,9 @@ def test_architecture_normalises_and_checks_layers():
     expect_error("channels must be whole numbers >= 1", Architecture, (28, 28), (3,), (2.0,))
 
 
-def test_tf1_checkpoint_wrong_architecture(tf1_ckpts):
+def test_tf1_checkpoint_wrong_architecture(synthetic_tf1):
     expect_error("kernels \\(3,\\) and channels \\(15,\\)", load_tf1_checkpoint,
-                 tf1_ckpts["coil20"], get_config("coil40").arch)
+                 synthetic_tf1["coil20"], get_config("coil40").arch)
 
 
 def forward_errors(ae, x, batch_size=2048):
@@ -174,12 +174,12 @@ def test_tf1_forward_regression(name, sse, rel, rel_atol, tf1_ckpts, shared_data
         np.testing.assert_allclose(relative_error(ae, x, batch_size=150), got_rel, rtol=1e-5)
 
 
-def test_tf1_checkpoint_named_by_one_of_its_files(tf1_ckpts):
+def test_tf1_checkpoint_named_by_one_of_its_files(synthetic_tf1):
     """``model.ckpt.index`` (what a file browser shows) stands for the prefix ``model.ckpt``."""
     arch = get_config("orl").arch
-    _, expected = read_tf1_checkpoint(tf1_ckpts["orl"], arch.image_shape)
+    _, expected = read_tf1_checkpoint(synthetic_tf1["orl"], arch.image_shape)
     for suffix in (".index", ".data-00000-of-00001"):
-        _, weights = read_tf1_checkpoint(f"{tf1_ckpts['orl']}{suffix}", arch.image_shape)
+        _, weights = read_tf1_checkpoint(f"{synthetic_tf1['orl']}{suffix}", arch.image_shape)
         assert all(np.array_equal(weights[k][0], expected[k][0]) for k in expected)
 
 
