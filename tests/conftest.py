@@ -22,6 +22,14 @@ TF1_CHECKPOINTS = {k: v for k, v in ORIGINAL_CHECKPOINTS.items() if k != "toy"}
 REQUIRE_SHARED = os.environ.get("MESC_REQUIRE_SHARED") == "1"
 
 
+def pytest_configure(config):
+    # Keras 3's callbacks (ReduceLROnPlateau, save/load_weights) call np.array() on TF variables,
+    # whose __array__ predates NumPy 2's copy keyword: one warning per call, none of ours.
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+
+
 def _existing(path: Path, what: str) -> Path:
     if not path.exists():
         if REQUIRE_SHARED:

@@ -33,8 +33,6 @@ from mesc_tf.config import get_config
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
 
 ROOT = Path(__file__).resolve().parents[1]
-# Keras' save/load_weights warns about numpy 2's copy keyword; not this module's business.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def _script(name):
