@@ -22,8 +22,9 @@ Per dataset it measures, in that one process:
   numerics), whether their labels are identical and whether the fast route flagged the
   problem as ill-posed (see mesc_tf/postcluster.py);
 * ``peak_rss_gib_fine_tune``, ``peak_rss_gib``: the process's peak RSS (GiB) after our
-  fine-tuning, and after the floor and the fast post-clustering, before the reference route
-  and the original graph run (they need more: ``peak_rss_gib_all``).
+  fine-tuning, and after the floor, the auto-encoder timing and the fast post-clustering,
+  before the reference route (with the default ``--post`` order) and the original graph run
+  (they need more: ``peak_rss_gib_all``).
 
 The post-clustering C is the one fine-tuned in the timing runs (warm-up + timed steps, last
 ``--jit`` mode) from the dataset's auto-encoder (``pretrained/<dataset>.h5``, else the original

@@ -53,7 +53,7 @@ def parse_args(argv=None):
                    help="comma-separated (default orl,coil20,eyaleb,mnist)")
     p.add_argument("--n", type=int, help="images per batch (default: the dataset's size)")
     p.add_argument("--repeats", type=int, default=15, help="timed calls per route (default 15)")
-    p.add_argument("--jit", action="store_true", help="compile both routes with XLA")
+    p.add_argument("--jit", action="store_true", help="compile every timed route with XLA")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args(argv)

@@ -71,8 +71,8 @@ def parse_args(argv=None):
                    "stddev 0.1, as TF1's tf.truncated_normal)")
     s.add_argument("--activation-scale", type=scale_arg, metavar="S",
                    help="finally rescale the weights so that every hidden layer's mean "
-                   "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1); "
-                   "reconstructions do not change (0 = off)")
+                   "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1 for 3 "
+                   "layers); reconstructions do not change (0 = off)")
     args = p.parse_args(argv)
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         p.error("--checkpoint-every must be >= 1")

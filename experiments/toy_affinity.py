@@ -7,7 +7,8 @@ in its box, and the cosine similarity of each to the ideal matrix.
     python experiments/toy_affinity.py --tf1-checkpoint \
         ../shared/pretrained-tf1/dscnet/COIL20/model.ckpt      # the DSC COIL20 AE
 
-Settings (mesc_tf/config.py, dataset 'toy' = COIL20's architecture and settings):
+Settings (mesc_tf/config.py, dataset 'toy' = COIL20's architecture and DSC-Net
+settings, with MESC-Net settings of its own):
 
 * L1: DSC-Net-L1 (coupled, Σ|C|), the toy's DSC-Net settings;
 * Frobenius: DSC-Net-L2 (coupled, Σ C²), the same settings;

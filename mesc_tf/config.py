@@ -244,9 +244,11 @@ _ARCH_32_1 = dict(image_shape=(32, 32))
 _PRE_FACES = Pretrain(lr=1e-3, max_steps=20000, patience=500, min_delta=1e-4)
 _PRE_COIL = Pretrain(lr=1e-2, max_steps=10000, patience=500, min_delta=1e-6, lr_patience=150)
 _PRE_DIGITS = Pretrain(lr=1e-3, max_steps=10000, patience=300, min_delta=1e-5)
-# ORL, USPS and MNIST stop at their original checkpoint's relative error (reference-facts §1.3; the
-# DSC authors stopped "as soon as the reconstructions look reasonable"), EYaleB near 1.2× its:
-# a full patience run is hours per dataset on a CPU (1-3 s per full-batch step).
+# In DATASETS, ORL, USPS and MNIST stop pretraining at their original checkpoint's relative error
+# (reference-facts §1.3; the DSC authors stopped "as soon as the reconstructions look
+# reasonable"), EYaleB near 1.2× its: a full patience run is hours per dataset on a CPU (1-3 s
+# per full-batch step).
+
 _ARCH_DEEP = dict(kernels=(5, 3, 3), channels=(10, 20, 30))
 
 # Where each setting comes from: the comment above it, in short; every sweep behind it, with

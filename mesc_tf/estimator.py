@@ -32,7 +32,7 @@ from mesc_tf.config import Architecture, Pretrain, Settings, check_post_method, 
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError, one_line
 
-# The architecture of the digit and face benchmarks (USPS 16x16, MNIST 28x28, EYaleB 48x42).
+# The architecture of USPS (16x16), MNIST (28x28) and EYaleB (48x42).
 DEEP_KERNELS, DEEP_CHANNELS = (5, 3, 3), (10, 20, 30)
 # The one-layer architecture of COIL20 and the toy set, for images smaller than 16 pixels.
 SHALLOW_KERNELS, SHALLOW_CHANNELS = (3,), (15,)
@@ -42,8 +42,8 @@ _PICKLED_AE = "__mesc_tf_autoencoder__"
 def default_architecture(image_shape) -> Architecture:
     """The auto-encoder used when ``kernels`` and ``channels`` are not given.
 
-    Images whose shorter side is at least 16 pixels get the 3-layer encoder of the digit and
-    face benchmarks: kernels (5, 3, 3), channels (10, 20, 30), i.e. an h/8 × w/8 × 30 latent
+    Images whose shorter side is at least 16 pixels get the 3-layer encoder of USPS, MNIST and
+    EYaleB: kernels (5, 3, 3), channels (10, 20, 30), i.e. an h/8 × w/8 × 30 latent
     code (120 numbers for 16×16, 480 for 32×32). Smaller images get the 1-layer encoder of
     COIL20: kernel 3, 15 channels (h/2 × w/2 × 15).
     """

@@ -1,7 +1,8 @@
 """Keras models that mirror the original TF graphs (reference-facts §1.2, §2.1–2.3).
 
 * :class:`ConvAutoEncoder`: stride-2 'same' Conv2D + ReLU encoder, mirrored Conv2DTranspose +
-  ReLU decoder (ReLU on the reconstruction too), he_normal kernels, zero biases.
+  ReLU decoder (ReLU on the reconstruction too), he_normal kernels by default
+  (``kernel_initializer``), zero biases.
 * :class:`SelfExpression`: the n×n coefficient matrix C; its output is C·Z.
 * :class:`MESCNet`: auto-encoder + self-expression, trained full batch by ``fit()``; its
   ``train_step`` holds the MESC / DSC-Net loss. ``framework='decoupled'`` (MESC) feeds the

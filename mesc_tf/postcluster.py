@@ -990,8 +990,9 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     docstring. With ``return_timings=True`` returns ``(labels, timings)``, timings =
     {"thrc_s", "svd_s" (pre-treatment + SVD + affinity), "spectral_s"} in seconds. A dict
     passed as ``info`` receives the route (``method``) and, on the fast and strict routes, which
-    solvers ran, the gaps checked and ``ill_posed`` (where strict recomputes, its ``svd``,
-    ``spectral`` and gaps are the recomputation's; ``ill_posed`` stays set).
+    solvers ran, the gaps checked and ``ill_posed`` (where strict recomputes, ``svd``,
+    ``spectral``, ``spectral_min_gap`` and ``discretize_margin`` are the recomputation's;
+    ``svd_gap`` and ``ill_posed`` stay the fast route's).
     """
     method = check_post_method(method)
     _check_variant(variant)

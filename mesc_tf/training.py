@@ -418,8 +418,8 @@ def hidden_activation_means(autoencoder, x, batch_size=2048) -> np.ndarray:
 
 def rescale_activations(autoencoder, x, target, batch_size=2048) -> list[float]:
     """Rescale the weights so that every hidden layer's mean |activation| on ``x`` is
-    ``target`` (a number, or one per hidden layer in order: enc_0 … dec_1), leaving every
-    reconstruction as it was. Returns the factor of each hidden layer.
+    ``target`` (a number, or one per hidden layer in order: enc_0 … dec_1 for 3 layers),
+    leaving every reconstruction as it was. Returns the factor of each hidden layer.
 
     ReLU is positively homogeneous: a layer's kernel and bias times a > 0 give its output
     times a, and the next kernel divided by a undoes that. The function stays, fine-tuning
