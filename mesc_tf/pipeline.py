@@ -106,31 +106,38 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
 MEMORY_LIMIT_ENV = "MESC_MEMORY_LIMIT_BYTES"
 
 
-def available_memory() -> int:
-    """Bytes of memory available now; ``$MESC_MEMORY_LIMIT_BYTES`` overrides (a cap, or tests)."""
+def memory_cap() -> int | None:
+    """``$MESC_MEMORY_LIMIT_BYTES`` in bytes, or None where it is not set."""
     limit = os.environ.get(MEMORY_LIMIT_ENV)
-    if limit:
-        try:
-            value = float(limit)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value < float("inf"):
-            raise MescError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a number of bytes > 0; set it "
-                            "to e.g. 8e9 or unset it")
-        return int(value)
+    if not limit:
+        return None
+    try:
+        value = float(limit)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise MescError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a number of bytes > 0; set it "
+                        "to e.g. 8e9 or unset it")
+    return int(value)
+
+
+def available_memory() -> int:
+    """Bytes of memory available now, at most ``$MESC_MEMORY_LIMIT_BYTES`` where it is set."""
+    cap = memory_cap()
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
-        return info.get("MemAvailable", info["MemTotal"])
+        have = info.get("MemAvailable", info["MemTotal"])
     except (OSError, KeyError, ValueError):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return have if cap is None else min(cap, have)
 
 
 def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
     need, have = memory_estimate(n_samples, arch, rank), available_memory()
     if need > have:
-        cap = f" (the cap {MEMORY_LIMIT_ENV} sets)" if os.environ.get(MEMORY_LIMIT_ENV) else ""
+        cap = f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == memory_cap() else ""
         raise MescError(f"a problem of {n_samples} samples needs about {need / 2**30:.1f} GiB "
                         f"but {have / 2**30:.1f} GiB is available{cap}; use a subset of the data "
                         "or a machine with more memory")

@@ -253,6 +253,20 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
         assert_one_error_line(err, f"MESC_MEMORY_LIMIT_BYTES='{value}' is not a number of bytes")
 
 
+def test_memory_limit_only_lowers_what_is_available(monkeypatch):
+    """MESC_MEMORY_LIMIT_BYTES is a cap: above the machine's memory it changes nothing (it
+    replaced the figure before, so a large value switched the check off)."""
+    from mesc_tf import pipeline
+    from mesc_tf.errors import MescError
+
+    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1e15")
+    assert pipeline.available_memory() < 10**15
+    with pytest.raises(MescError, match="GiB is available; use a subset"):
+        pipeline.check_memory(10**6, get_config("mnist").arch)  # ~4 TB, cap or no cap
+    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1e6")
+    assert pipeline.available_memory() == 10**6
+
+
 def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
     """With TF's BFC allocator the pool fine-tuning grew stays resident during post-clustering,
     so the two stages add up. MNIST-10k end to end measured 3.81 GiB without the pool and
