@@ -6,14 +6,14 @@ setup(
     description="MESC-Net (Maximum Entropy Subspace Clustering Network) and DSC-Net baselines "
                 "in TensorFlow 2 / Keras 3, faithful to the released code",
     packages=find_packages(include=["mesc_tf", "mesc_tf.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # scikit-learn 1.9 needs it
     install_requires=[
         "tensorflow>=2.16",
         "keras>=3",
         "tensorboard",  # the TensorBoard callback; TF 2.21 wheels no longer depend on it
         "numpy",
         "scipy",
-        "scikit-learn",
+        "scikit-learn>=1.9",  # the fast spectral step reproduces 1.9's shift-invert
         "munkres",
         "h5py",
         "matplotlib",

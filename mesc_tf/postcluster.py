@@ -89,6 +89,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.linalg import ArpackError, LinearOperator, aslinearoperator, eigsh, svds
+import sklearn
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
@@ -134,6 +135,10 @@ SPECTRAL_GAP_MIN = 1e-6
 DISCRETIZE_MARGIN_MIN = 1e-6
 # sklearn's spectral_embedding: eigsh(laplacian, k, sigma=-1e-5, which="LM", tol=0, v0=v0).
 _SIGMA = -1e-5
+# Since scikit-learn 1.9; before, eigsh(−laplacian, sigma=1.0), whose labels the in-place step
+# does not reproduce (the same eigenvectors only in exact arithmetic). setup.py requires 1.9;
+# with an older sklearn installed all the same, the fast route runs sklearn's own step.
+_SKLEARN_SIGMA_BELOW_ZERO = tuple(int(p) for p in sklearn.__version__.split(".")[:2]) >= (1, 9)
 _THRC_BLOCK_BYTES = 1 << 24
 
 
@@ -934,6 +939,9 @@ def _spectral_with_fallbacks(make_L, n_clusters, seed, info, timings, exact=Fals
         if n_clusters + 1 >= L.shape[0]:
             info["spectral"] = "sklearn's (K >= n - 1)"
             info["ill_posed"] = True
+            return spectral(L, n_clusters, seed)
+        if not _SKLEARN_SIGMA_BELOW_ZERO:
+            info["spectral"] = f"sklearn's (scikit-learn {sklearn.__version__} < 1.9)"
             return spectral(L, n_clusters, seed)
         failed = None
         try:

@@ -147,7 +147,8 @@ class FusedAdam(keras.optimizers.Adam):
 
 
 def adam(lr):
-    return FusedAdam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON)
+    return FusedAdam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON,
+                     name="fused_adam")  # Keras 3.12 named it "adam", 3.15 "fused_adam"
 
 
 class StepProgbar(keras.callbacks.Callback):
