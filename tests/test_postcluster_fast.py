@@ -178,6 +178,19 @@ def test_inplace_spectral_step_is_sklearns(power):
             np.testing.assert_array_equal(got, want)
 
 
+def test_an_older_sklearn_gets_its_own_spectral_step(monkeypatch):
+    """Before scikit-learn 1.9 sklearn's shift-invert was another (benchmarks/README.md, session
+    44), which the in-place step does not reproduce: there the fast route runs sklearn's step."""
+    C, _ = trained_like(3)
+    L = pc.affinity(pc.thrC(C, 0.2), 5, 4, 4.0, "mesc")
+    monkeypatch.setattr(pc, "_SKLEARN_SIGMA_BELOW_ZERO", False)
+    monkeypatch.setattr(pc, "_spectral_inplace", None)  # must not be called
+    info, timings = {}, {"svd_s": 0.0, "spectral_s": 0.0}
+    got = pc._spectral_with_fallbacks(lambda: L.copy(), 5, 2, info, timings)
+    np.testing.assert_array_equal(got, pc.spectral(L, 5, 2))
+    assert info["spectral"].startswith("sklearn's (scikit-learn")
+
+
 # --- the whole route ---------------------------------------------------------------------------
 
 
