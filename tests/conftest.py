@@ -28,6 +28,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "filterwarnings",
         "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+    # TensorFlow's autograph (through gast) on Python 3.13: one warning per converted function.
+    config.addinivalue_line(
+        "filterwarnings",
+        r"ignore:\w+\.__init__ got an unexpected keyword argument '___pyct_anno':DeprecationWarning")
 
 
 def _existing(path: Path, what: str) -> Path:
