@@ -82,6 +82,7 @@ import contextlib
 import functools
 import inspect
 import mmap
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -138,7 +139,8 @@ _SIGMA = -1e-5
 # Since scikit-learn 1.9; before, eigsh(−laplacian, sigma=1.0), whose labels the in-place step
 # does not reproduce (the same eigenvectors only in exact arithmetic). setup.py requires 1.9;
 # with an older sklearn installed all the same, the fast route runs sklearn's own step.
-_SKLEARN_SIGMA_BELOW_ZERO = tuple(int(p) for p in sklearn.__version__.split(".")[:2]) >= (1, 9)
+_SKLEARN_VERSION = tuple(map(int, re.match(r"(\d+)\.(\d+)", sklearn.__version__).groups()))
+_SKLEARN_SIGMA_BELOW_ZERO = _SKLEARN_VERSION >= (1, 9)
 _THRC_BLOCK_BYTES = 1 << 24
 
 
