@@ -400,5 +400,5 @@ def _as_array(X, where):
     try:
         return np.asarray(X)
     except (ValueError, TypeError) as e:
-        raise MescError(f"{where} is not an array of images ({one_line(e)}); pass a numeric array of "
-                        "shape (n, height, width)") from None
+        raise MescError(f"{where} is not an array of images ({one_line(e)}); pass a numeric "
+                        "array of shape (n, height, width)") from None

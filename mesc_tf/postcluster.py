@@ -59,8 +59,8 @@ graph with several components, or power 8 making between-cluster weights ~1e-20)
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
 arbitrary). ``ill_posed`` is set when either is below its bound, where the fast route falls
 back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
-(below), and where K ≥ n − 1 (sklearn's step, unchecked). In that regime the
-reference's own labels change with floating-point noise: on the trained COIL20 C (repeated
+(below), and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In that
+regime the reference's own labels change with floating-point noise: on the trained COIL20 C (repeated
 eigenvalues) and on the released ORL C (empty clusters in discretize), running the reference
 route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
 64-336 labels and moves ACC by up to 3 points. The fast route's labels there are as valid as the
@@ -138,7 +138,8 @@ DISCRETIZE_MARGIN_MIN = 1e-6
 _SIGMA = -1e-5
 # Since scikit-learn 1.9; before, eigsh(−laplacian, sigma=1.0), whose labels the in-place step
 # does not reproduce (the same eigenvectors only in exact arithmetic). setup.py requires 1.9;
-# with an older sklearn installed all the same, the fast route runs sklearn's own step.
+# with an older sklearn installed all the same, the fast route runs sklearn's own step, flagged
+# ill-posed (its affinity is the fast route's, which the old shift-invert may not forgive).
 _SKLEARN_VERSION = tuple(map(int, re.match(r"(\d+)\.(\d+)", sklearn.__version__).groups()))
 _SKLEARN_SIGMA_BELOW_ZERO = _SKLEARN_VERSION >= (1, 9)
 _THRC_BLOCK_BYTES = 1 << 24
@@ -930,7 +931,8 @@ def _spectral_with_fallbacks(make_L, n_clusters, seed, info, timings, exact=Fals
     Cholesky factor fails (the shifted Laplacian is positive definite only in exact arithmetic)
     the LU on a new L, and where ARPACK does not converge sklearn's own step on a new L (its
     LOBPCG fallback, flagged). Tiny problems (K ≥ n − 1, where eigsh's shift-invert needs
-    k < n − 1) go to sklearn at once, flagged: no gap or margin certifies their labels. The
+    k < n − 1) go to sklearn at once, flagged: no gap or margin certifies their labels; so does
+    every problem under scikit-learn < 1.9 (``_SKLEARN_SIGMA_BELOW_ZERO``). The
     first L's seconds count in ``timings["svd_s"]``, the rest (retries included) in
     ``timings["spectral_s"]``."""
     t0 = time.perf_counter()
@@ -944,6 +946,7 @@ def _spectral_with_fallbacks(make_L, n_clusters, seed, info, timings, exact=Fals
             return spectral(L, n_clusters, seed)
         if not _SKLEARN_SIGMA_BELOW_ZERO:
             info["spectral"] = f"sklearn's (scikit-learn {sklearn.__version__} < 1.9)"
+            info["ill_posed"] = True
             return spectral(L, n_clusters, seed)
         failed = None
         try:

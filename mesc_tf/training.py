@@ -115,6 +115,10 @@ class FusedAdam(keras.optimizers.Adam):
     β1ᵗ and β2ᵗ as TF1 had them (:func:`tf1_beta_powers`).
     """
 
+    def __init__(self, *args, name="fused_adam", **kwargs):
+        # Keras 3.12 named it after Adam's default, "adam"; 3.15 after the class.
+        super().__init__(*args, name=name, **kwargs)
+
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
@@ -147,8 +151,7 @@ class FusedAdam(keras.optimizers.Adam):
 
 
 def adam(lr):
-    return FusedAdam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON,
-                     name="fused_adam")  # Keras 3.12 named it "adam", 3.15 "fused_adam"
+    return FusedAdam(learning_rate=lr, beta_1=0.9, beta_2=0.999, epsilon=ADAM_EPSILON)
 
 
 class StepProgbar(keras.callbacks.Callback):

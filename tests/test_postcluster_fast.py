@@ -180,7 +180,8 @@ def test_inplace_spectral_step_is_sklearns(power):
 
 def test_an_older_sklearn_gets_its_own_spectral_step(monkeypatch):
     """Before scikit-learn 1.9 sklearn's shift-invert was another (benchmarks/README.md, session
-    44), which the in-place step does not reproduce: there the fast route runs sklearn's step."""
+    44), which the in-place step does not reproduce: there the fast route runs sklearn's step,
+    flagged, so that strict recomputes the reference's affinity and gives its labels."""
     C, _ = trained_like(3)
     L = pc.affinity(pc.thrC(C, 0.2), 5, 4, 4.0, "mesc")
     monkeypatch.setattr(pc, "_SKLEARN_SIGMA_BELOW_ZERO", False)
@@ -188,7 +189,12 @@ def test_an_older_sklearn_gets_its_own_spectral_step(monkeypatch):
     info, timings = {}, {"svd_s": 0.0, "spectral_s": 0.0}
     got = pc._spectral_with_fallbacks(lambda: L.copy(), 5, 2, info, timings)
     np.testing.assert_array_equal(got, pc.spectral(L, 5, 2))
-    assert info["spectral"].startswith("sklearn's (scikit-learn")
+    assert info["spectral"].startswith("sklearn's (scikit-learn") and info["ill_posed"]
+    info = {}
+    strict = pc.cluster(C, 5, 0.2, 4, 4.0, seed=2, method="strict", info=info)
+    assert info["ill_posed"] and info["svd"] == "reference svds"
+    np.testing.assert_array_equal(strict, pc.cluster(C, 5, 0.2, 4, 4.0, seed=2,
+                                                     method="reference"))
 
 
 # --- the whole route ---------------------------------------------------------------------------
