@@ -5,39 +5,27 @@
 scikit-learn 1.9 changed how ``spectral_embedding`` (hence ``SpectralClustering``, step 8 of
 post_proC) calls ARPACK: shift-invert on the Laplacian L at σ = −1e-5, where 1.8 and before,
 the versions the released code ran, inverted −L at σ = 1 (scikit-learn issue 33242), which
-leaves the wanted eigenvalues bunched together. For four noisy diagonal blocks of C (the
-``_blocks`` of tests/test_postcluster.py: 50 images, blocks of 12-15, noise 1 % of the
-in-block values) this prints the ACC of both post-clustering routes per seed, so that running
+leaves the wanted eigenvalues bunched together. For four noisy diagonal blocks of C
+(``noisy_blocks`` of tests/synthetic.py: 50 images, blocks of 12-15, noise 1 % of the in-block
+values) this prints the ACC of both post-clustering routes per seed, so that running
 it under two scikit-learn versions shows what the change does. ``setup.py`` requires 1.9.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from experiments import common  # noqa: E402
 from mesc_tf import cli, postcluster  # noqa: E402
 from mesc_tf.metrics import accuracy  # noqa: E402
-
-
-def blocks(seed=0, sizes=(12, 15, 10, 13)):
-    """A C of noisy diagonal blocks (shuffled) and its labels."""
-    rng = np.random.default_rng(seed)
-    y = np.repeat(np.arange(len(sizes)), sizes)
-    C = 0.01 * np.abs(rng.standard_normal((y.size, y.size)))
-    same = y[:, None] == y[None, :]
-    C[same] += rng.uniform(0.5, 1.0, same.sum())
-    perm = rng.permutation(y.size)
-    return C[np.ix_(perm, perm)].astype(np.float32), y[perm]
+from synthetic import noisy_blocks  # noqa: E402  (tests/synthetic.py)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n")[0])
     common.add_seeds_arg(p, [0, 1, 2, 3, 4])
     args = p.parse_args(argv)
     seeds = common.seeds_of(args.seeds, [0, 1, 2, 3, 4])
@@ -45,7 +33,7 @@ def main(argv=None):
     import sklearn
 
     print(f"scikit-learn {sklearn.__version__}, SciPy {scipy.__version__}; thr 0.2, d 3, power 4")
-    C, y = blocks()
+    C, y = noisy_blocks()
     for variant in ("mesc", "dsc", "dsc_diag"):
         for method in ("fast", "reference"):
             accs = [accuracy(y, postcluster.cluster(C, 4, 0.2, 3, 4.0, variant, seed=s,

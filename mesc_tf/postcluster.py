@@ -59,10 +59,10 @@ graph with several components, or power 8 making between-cluster weights ~1e-20)
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
 arbitrary). ``ill_posed`` is set when either is below its bound, where the fast route falls
 back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
-(below), and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In that
-regime the reference's own labels change with floating-point noise: on the trained COIL20 C (repeated
-eigenvalues) and on the released ORL C (empty clusters in discretize), running the reference
-route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
+(below), and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In
+that regime the reference's own labels change with floating-point noise: on the trained COIL20
+C (repeated eigenvalues) and on the released ORL C (empty clusters in discretize), running the
+reference route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
 64-336 labels and moves ACC by up to 3 points. The fast route's labels there are as valid as the
 reference's, only not the same digits; ``"strict"`` reproduces them at the reference's cost.
 Where ARPACK's shift-invert does not converge at all (an untrained, near-constant C), both

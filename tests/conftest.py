@@ -31,7 +31,8 @@ def pytest_configure(config):
     # TensorFlow's autograph (through gast) on Python 3.13: one warning per converted function.
     config.addinivalue_line(
         "filterwarnings",
-        r"ignore:\w+\.__init__ got an unexpected keyword argument '___pyct_anno':DeprecationWarning")
+        r"ignore:\w+\.__init__ got an unexpected keyword argument '___pyct_anno'"
+        ":DeprecationWarning")
 
 
 def _existing(path: Path, what: str) -> Path:

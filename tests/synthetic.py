@@ -1,12 +1,25 @@
 """Synthetic stand-ins for the shared files: dataset .mat files and TF1 checkpoints laid out as
 the authors' were. Tests that only need a file of the right form use these, so they run (and
-are seen to pass) on a machine without ../shared."""
+are seen to pass) on a machine without ../shared. Also a C with a clear answer for
+post-clustering (:func:`noisy_blocks`, used by benchmarks/spectral_sklearn.py too)."""
 
 import numpy as np
 import scipy.io
 
 from mesc_tf.config import get_config
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS
+
+
+def noisy_blocks(seed=0, sizes=(12, 15, 10, 13)):
+    """A C of noisy diagonal blocks (noise 1 % of the in-block values), shuffled, and its
+    labels."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    C = 0.01 * np.abs(rng.standard_normal((y.size, y.size)))
+    same = y[:, None] == y[None, :]
+    C[same] += rng.uniform(0.5, 1.0, same.sum())
+    perm = rng.permutation(y.size)
+    return C[np.ix_(perm, perm)].astype(np.float32), y[perm]
 
 
 def write_fea_gnd(path, n_classes, per_class, pixels=1024, dtype=np.uint8, seed=0, **extra):

@@ -7,6 +7,7 @@ from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
 from mesc_tf import postcluster as pc
 from mesc_tf.postcluster import affinity, cluster, post_proC, pretreat, spectral, thrC
+from synthetic import noisy_blocks as _blocks  # tests/synthetic.py
 
 
 def thrC_loop(C, ro):
@@ -156,17 +157,6 @@ def test_pretreat_variants():
     np.testing.assert_array_equal(np.diag(dd), 1)
     assert np.allclose(dd, dd.T)
     assert C[0, 0] == 0  # input untouched
-
-
-def _blocks(seed=0, sizes=(12, 15, 10, 13)):
-    rng = np.random.default_rng(seed)
-    y = np.repeat(np.arange(len(sizes)), sizes)
-    n = y.size
-    C = 0.01 * np.abs(rng.standard_normal((n, n)))
-    same = y[:, None] == y[None, :]
-    C[same] += rng.uniform(0.5, 1.0, same.sum())
-    perm = rng.permutation(n)
-    return C[np.ix_(perm, perm)].astype(np.float32), y[perm]
 
 
 @pytest.mark.parametrize("variant", ["mesc", "dsc", "dsc_diag"])
