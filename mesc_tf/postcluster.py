@@ -57,9 +57,11 @@ labels agree wherever the spectral step is stable under such a change. ``info`` 
 graph with several components, or power 8 making between-cluster weights ~1e-20) and
 ``discretize_margin`` (how far ``discretize``'s discrete decisions were from flipping, see
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
-arbitrary). ``ill_posed`` is set when either is below its bound, where the fast route falls
+arbitrary). ``ill_posed`` is set when either is below its bound; when a sample's row of U·√σ
+is rounding noise (``embedding_norm_ratio`` below ``EMBEDDING_NORM_MIN``: the rank-r subspace
+misses that sample, and step 5 scales the noise to a unit row); where the fast route falls
 back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
-(below), and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In
+(below); and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In
 that regime the reference's own labels change with floating-point noise: on the trained COIL20
 C (repeated eigenvalues) and on the released ORL C (empty clusters in discretize), running the
 reference route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
@@ -129,6 +131,10 @@ DENSE_SVD_MAX_N = 4096
 SVD_NCV_FACTOR = 4 / 3
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
 SVD_GAP_MIN = 1e-6
+# Smallest row norm of U·√σ over the largest. A sample the rank-r subspace (nearly) misses has
+# a row of rounding noise, which step 5 scales to norm 1: its affinities are then arbitrary on
+# every route. Trained C's give 0.1-0.3; such samples give ~1e-15.
+EMBEDDING_NORM_MIN = 1e-6
 # Smallest gap between the K smallest Laplacian eigenvalues for a well-posed spectral step.
 SPECTRAL_GAP_MIN = 1e-6
 # Smallest margin of discretize's discrete decisions (see _discretize_margin) for labels that
@@ -258,11 +264,14 @@ def _thrC_reference(C, ratio: float) -> np.ndarray:
 
 def _thrC_position(S_desc, ratio):
     """The reference's t for rows of |C| columns sorted descending (full rows): the first
-    position where the sequential running sum, in the rows' dtype, exceeds ratio × the row's
-    pairwise L1 sum; n − 1 where none does (the reference indexes past the end there)."""
+    position where the sequential running sum, in float64, exceeds ratio × the row's pairwise
+    L1 sum; n − 1 where none does (the reference indexes past the end there).
+
+    float64 whatever C's dtype: the reference's ``csum = 0; csum = csum + S[t, i]`` ran under
+    NumPy 1.x, where int + float32 scalar is float64 (NumPy 2, NEP 50, keeps float32)."""
     n = S_desc.shape[1]
     cL1 = np.sum(S_desc, axis=1).astype(np.float64)
-    hit = np.cumsum(S_desc, axis=1) > (ratio * cL1)[:, None]
+    hit = np.cumsum(S_desc, axis=1, dtype=np.float64) > (ratio * cL1)[:, None]
     return np.where(hit.any(axis=1), hit.argmax(axis=1), n - 1)
 
 
@@ -279,7 +288,7 @@ def _thrC_blocks(C, ratio: float):
     """thrC by blocks of columns: yields (j0, j1, keep, Ct), keep[b, i] for C[i, j0 + b].
 
     ``Ct`` is the block's columns as contiguous rows. The reference sorts each column's
-    magnitudes, runs a float running sum down them and stops at the first position t where
+    magnitudes, runs a float64 running sum down them and stops at the first position t where
     it exceeds ratio × the column's L1 norm (summed pairwise, in the column's dtype); it keeps
     the t+1 largest. Here only the m largest magnitudes are sorted (``np.partition``), their
     running sum is the reference's bit for bit, and the bar uses a float64 L1 norm, which is
@@ -338,7 +347,7 @@ def _thrC_block(C, ratio: float, j0: int, j1: int, m: int):
             top = np.negative(A)
         top.sort(axis=1)
         np.negative(top, out=top)  # the m largest |c|, descending: the reference's S[:m]
-        csum = np.cumsum(top, axis=1)
+        csum = np.cumsum(top, axis=1, dtype=np.float64)  # as _thrC_position
         hit = csum > bar[:, None]
         found = hit.any(axis=1)
         if found.all() or m == n:
@@ -379,7 +388,7 @@ def thrC(C, ratio: float) -> np.ndarray:
     _check_ratio(ratio)
     if ratio >= 1:
         return C.copy()
-    out = np.zeros_like(C)
+    out = np.zeros(C.shape, C.dtype)  # C order, as the reference's np.zeros((N, N)), whatever C's
     for j0, j1, keep, Ct in _thrC_blocks(C, ratio):
         out[:, j0:j1] = np.where(keep, Ct, Ct.dtype.type(0)).T
     return out
@@ -589,7 +598,13 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
     V, _ = np.linalg.qr(V[:, 1:])
     Av = (dense @ V) if dense is not None else (Cs @ V)
     u, s, _ = scipy.linalg.svd(Av, full_matrices=False, overwrite_a=True, check_finite=False)
-    return normalize(u * np.sqrt(s), norm="l2", axis=1)
+    embedding = u * np.sqrt(s)
+    norms = np.linalg.norm(embedding, axis=1)
+    ratio = float(norms.min() / norms.max()) if norms.max() > 0 else 0.0
+    info["embedding_norm_ratio"] = ratio
+    if not ratio >= EMBEDDING_NORM_MIN:
+        info["ill_posed"] = True
+    return normalize(embedding, norm="l2", axis=1)
 
 
 def _zeroed_buffer(n: int) -> np.ndarray:

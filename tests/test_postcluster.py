@@ -11,7 +11,8 @@ from synthetic import noisy_blocks as _blocks  # tests/synthetic.py
 
 
 def thrC_loop(C, ro):
-    """The column-by-column definition of §3.1 (the reference's loop)."""
+    """The column-by-column definition of §3.1 (the reference's loop), as NumPy 1.x ran it:
+    its ``csum = 0`` then ``csum + S[t, i]`` summed in float64 (NumPy 2 keeps float32)."""
     if ro >= 1:
         return C
     n = C.shape[1]
@@ -20,7 +21,7 @@ def thrC_loop(C, ro):
     Ind = np.argsort(-np.abs(C), axis=0)
     for i in range(n):
         cL1 = np.sum(S[:, i]).astype(float)
-        csum, t = 0, 0
+        csum, t = np.float64(0), 0
         while True:
             csum = csum + S[t, i]
             if csum > ro * cL1:
@@ -64,6 +65,31 @@ def test_thrC_keeps_input_and_ratio_one_copies():
     assert out is not C and np.array_equal(out, C0)
     thrC(C, 0.1)
     assert np.array_equal(C, C0)
+
+
+def test_thrC_running_sum_is_float64_as_the_released_code_ran():
+    """A float32 column of 1 and 64 magnitudes just under 2⁻²⁴: a float32 running sum stays at
+    1.0 (1 + x rounds back to 1) and never passes a bar just above 1; the float64 sum of the
+    released code's NumPy 1.x passes it after 33 of them, keeping 34 entries."""
+    n = 65
+    small = 2.0**-24 * (1 - np.arange(1, n) * 2.0**-20)  # distinct, exact in float32
+    rng = np.random.default_rng(0)
+    C = rng.random((n, n)).astype(np.float32)
+    C[:, 0] = np.concatenate([[1.0], small])[rng.permutation(n)]
+    assert np.float32(1) + np.float32(small[0]) == 1  # float32 sums would stall
+    ratio = (1 + 2.0**-19) / float(np.sum(np.sort(C[:, 0])[::-1]))
+    got = thrC(C, ratio)
+    assert np.count_nonzero(got[:, 0]) == 34
+    np.testing.assert_array_equal(got, thrC_loop(C, ratio))
+
+
+def test_thrC_returns_C_order_for_any_layout():
+    """The reference's Cp = np.zeros((N, N)) is C-ordered whatever C is; the SVD downstream
+    rounds by layout, so a Fortran-ordered C must give the same array."""
+    C = np.random.default_rng(2).standard_normal((30, 30)).astype(np.float32)
+    got = thrC(np.asfortranarray(C), 0.2)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, thrC(C, 0.2))
 
 
 def test_bad_inputs():

@@ -320,6 +320,28 @@ def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
         np.testing.assert_array_equal(strict, ref)
 
 
+def test_samples_outside_the_rank_r_subspace_are_flagged_and_strict_gives_the_reference():
+    """One large entry per column over small noise: after thrC a few samples are (nearly)
+    orthogonal to the rank-r subspace, their rows of U·√σ are rounding noise, and step 5 makes
+    them unit rows in arbitrary directions, on either route. No gap shows it; the row norms
+    do, and method="strict" then returns the reference's labels."""
+    rng = np.random.default_rng(5)
+    n = 40
+    C = 0.01 * rng.random((n, n))
+    C[rng.permutation(n), np.arange(n)] = 1 + rng.random(n)
+    args = (C, 2, 0.03, 1, 1.0, "mesc")
+    info = {}
+    pc.cluster(*args, info=info)
+    assert info["embedding_norm_ratio"] < 1e-12 and info["ill_posed"]
+    assert info["svd_gap"] >= pc.SVD_GAP_MIN  # the subspace itself is well determined
+    np.testing.assert_array_equal(pc.cluster(*args, method="strict"),
+                                  pc.cluster(*args, method="reference"))
+    info = {}
+    blocks, _ = trained_like(0)
+    pc.cluster(blocks, 5, 0.2, 4, 1.0, info=info)
+    assert info["embedding_norm_ratio"] > pc.EMBEDDING_NORM_MIN
+
+
 @pytest.mark.filterwarnings("ignore:k >= N:RuntimeWarning")  # sklearn, on these tiny sizes
 @pytest.mark.parametrize("method", ["fast", "strict"])
 def test_as_many_clusters_as_samples_or_one_fewer(method):
