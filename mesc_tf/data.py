@@ -155,17 +155,23 @@ def _relabel(gnd: np.ndarray) -> np.ndarray:
     return gnd - gnd.min() + 1
 
 
-def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input"):
+def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
+                    training=True, stacklevel=3):
     """Check an image array (and labels) and return it as float32 ``(n, h, w, 1)``.
 
     ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
     or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values or
-    values beyond float32's range, images that are all zero, a label count that is not one per
-    image, (given ``n_clusters``) fewer than 2 images or than ``n_clusters``, or labels whose
-    number of distinct classes is not ``n_clusters``; warns of negative pixels. ``where`` names
-    the data in messages.
+    values beyond float32's range, (where ``training``) images that are all zero, a label count
+    that is not one per image, (given ``n_clusters``) fewer than 2 images or than
+    ``n_clusters``, or labels whose number of distinct classes is not ``n_clusters``; warns of
+    negative pixels, ``stacklevel`` frames up. ``where`` names the data in messages.
     """
     x = np.asarray(x)
+    if x.dtype.kind == "O":  # e.g. a list of arrays of different dtypes: numbers if they convert
+        try:
+            x = x.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
     if x.dtype.kind not in "biuf":
         raise MescError(
             f"{where}: images must be numbers, got dtype {x.dtype}; pass a numeric array"
@@ -218,7 +224,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
                 f"{where}: labels hold {np.unique(y).size} distinct classes but n_clusters is "
                 f"{k}; every class needs at least one image (an empty class, or a wrong n_clusters)"
             )
-    if not np.any(x):  # the relative reconstruction error would divide by ‖x‖ = 0
+    if training and not np.any(x):  # the relative reconstruction error would divide by 0
         raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
                         "reconstruct or cluster")
     negative = np.count_nonzero(x < 0)
@@ -226,7 +232,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input")
         warnings.warn(f"{where}: {100 * negative / x.size:.3g}% of the pixels are negative, but "
                       "the auto-encoder ends in a ReLU (as the released code's does) and "
                       "reconstructs only values >= 0; shift the images to be non-negative, "
-                      "e.g. scale them to [0, 1]", UserWarning, stacklevel=3)
+                      "e.g. scale them to [0, 1]", UserWarning, stacklevel=stacklevel)
     return x[..., None]
 
 

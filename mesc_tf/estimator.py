@@ -131,8 +131,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         Where the starting auto-encoder came from.
     postcluster_info_ : dict
         The post-clustering solvers used; ``ill_posed``: the spectral step is near a tie
-        (repeated Laplacian eigenvalues, or in discretize), where rounding can renumber or move
-        labels, in the released code's route as well (often set on well-clustered C's too);
+        (repeated Laplacian eigenvalues, or in discretize) or a sample's row of the embedding
+        is rounding noise (it lies outside the rank-r subspace), where rounding can renumber or
+        move labels, in the released code's route as well (often set on well-clustered C's too);
         ``clusters_found``: the non-empty clusters (spectral clustering can leave some empty;
         ``fit`` then warns).
     timings_ : dict
@@ -255,8 +256,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             channels = channels * len(kernels)
         return Architecture(tuple(image_shape), kernels, channels)
 
-    def _validate_images(self, X, n_clusters=None, image_shape=None, where="X"):
-        """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``."""
+    def _validate_images(self, X, n_clusters=None, image_shape=None, where="X", training=True):
+        """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``; called from a
+        public method, so that the negative-pixel warning points at the caller's line."""
         given = self._image_shape_param()
         X = _as_array(X, where)
         if X.ndim == 2:
@@ -273,7 +275,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             raise MescError(f"image_shape {given} differs from the auto-encoder's "
                             f"{tuple(image_shape)}; leave image_shape out or use matching weights")
         return validate_images(X, n_clusters=n_clusters, image_shape=image_shape or given,
-                               where=where)
+                               where=where, training=training, stacklevel=4)
 
     # -----------------------------------------------------------------------------------------
     # scikit-learn API
@@ -335,7 +337,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         self.image_shape_ = tuple(int(s) for s in x.shape[1:3])
         self.n_features_in_ = int(x.shape[1] * x.shape[2])
         self.n_iter_ = int(result["timings"]["steps"])
-        self.history_ = result["history"]
+        # Every key also after epochs=0, where Keras' History holds none.
+        self.history_ = {**{k: np.empty(0) for k in ("loss", "recon", "reg", "selfexp")},
+                         **result["history"]}
         self.pretrain_info_ = pretrain_info
         self.weights_source_ = source
         self.postcluster_info_ = result["postcluster"]
@@ -347,7 +351,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         from mesc_tf.training import latent_codes
 
         check_is_fitted(self, "encoder_")
-        x = self._validate_images(X, image_shape=self.image_shape_)
+        if not _is_int(batch_size) or batch_size < 1:
+            raise MescError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        x = self._validate_images(X, image_shape=self.image_shape_, training=False)
         return latent_codes(self.encoder_, x, batch_size)
 
     def __sklearn_tags__(self):

@@ -67,7 +67,8 @@ def _open_h5(path, mode="r"):
 
     path = Path(path)
     if mode == "r" and not path.is_file():
-        raise MescError(f"auto-encoder file {path} not found; give an existing .h5 file "
+        found = "is a folder" if path.is_dir() else "not found"
+        raise MescError(f"auto-encoder file {path} {found}; give an existing .h5 file "
                         "(make one with experiments/pretrain.py)")
     try:
         return h5py.File(path, mode)
@@ -96,10 +97,22 @@ def save_autoencoder(autoencoder, path, metadata=None):
 
 def read_autoencoder_file(path):
     """(Architecture, metadata dict, {layer: (kernel, bias)}) from a project .h5 file."""
+    import h5py
+
     with _open_h5(path) as f:
         if f.attrs.get("format") != FORMAT:
             raise MescError(f"{path} is not a mesc-tf auto-encoder file (no format={FORMAT!r} "
                             "attribute); convert TF1 checkpoints with --tf1-checkpoint instead")
+        version = f.attrs.get("version")
+        if version != VERSION:
+            shown = "none" if version is None else np.asarray(version).tolist()
+            raise MescError(f"{path} has format version {shown}, but this mesc-tf reads "
+                            f"version {VERSION}; use the mesc-tf that wrote it, or re-create it "
+                            "with experiments/pretrain.py")
+        for name, item in f.items():
+            if not isinstance(item, h5py.Group) or set(item) != {"kernel", "bias"}:
+                raise MescError(f"{path} is damaged: {name!r} is not a layer holding just a "
+                                "kernel and a bias; re-create it with experiments/pretrain.py")
         try:
             arch = Architecture.from_dict(json.loads(f.attrs["architecture"]))
             metadata = json.loads(f.attrs.get("metadata", "{}"))
@@ -112,19 +125,27 @@ def read_autoencoder_file(path):
 
 
 def assign_weights(autoencoder, weights, source):
-    """Copy {layer name: (kernel, bias)} into a built auto-encoder, checking every shape."""
+    """Copy {layer name: (kernel, bias)} into a built auto-encoder, checking every shape and
+    value first (a refused file leaves the model as it was)."""
     expected = {layer.name for layer in autoencoder.named_layers}
     if set(weights) != expected:
         raise MescError(f"{source} holds layers {sorted(weights)} but the architecture "
                         f"{autoencoder.arch.to_dict()} needs {sorted(expected)}; use weights "
                         "made for this dataset's architecture")
-    for layer in autoencoder.named_layers:
-        for var, value in zip((layer.kernel, layer.bias), weights[layer.name]):
-            if tuple(var.shape) != tuple(value.shape):
-                raise MescError(f"{source}: layer {layer.name} {var.name.split('/')[-1]} has "
-                                f"shape {tuple(value.shape)} but the model needs "
-                                f"{tuple(var.shape)}; use weights made for this architecture")
-            var.assign(value)
+    pairs = [(f"{source}: layer {layer.name} {kind}", var, np.asarray(value))
+             for layer in autoencoder.named_layers
+             for kind, var, value in zip(("kernel", "bias"), (layer.kernel, layer.bias),
+                                         weights[layer.name])]
+    for what, var, value in pairs:
+        if tuple(var.shape) != tuple(value.shape):
+            raise MescError(f"{what} has shape {tuple(value.shape)} but the model needs "
+                            f"{tuple(var.shape)}; use weights made for this architecture")
+        if value.dtype.kind not in "iuf" or not np.isfinite(value).all():
+            raise MescError(f"{what} holds NaN, infinite or non-numeric values; the weights "
+                            "are damaged or come from a diverged training: re-create them "
+                            "(experiments/pretrain.py)")
+    for _, var, value in pairs:
+        var.assign(value)
 
 
 def check_autoencoder_file(path, arch: Architecture | None = None):

@@ -252,6 +252,29 @@ def test_fitted_attributes(fitted, images):
     np.testing.assert_array_equal(flat._validate_images(x.reshape(n, 256)), x[..., None])
 
 
+def test_encode_takes_any_finite_batch(fitted, images):
+    """encode is inference: blank images and object arrays of numbers are encoded (the
+    all-zero check is fit's), batch_size is checked, and a warning points at the caller."""
+    x, _ = images
+    assert fitted.encode(np.zeros((1, 16, 16))).shape == (1, 120)
+    np.testing.assert_array_equal(fitted.encode(x[:2].astype(object)), fitted.encode(x[:2]))
+    for size in (0, -1, 1.5):
+        with pytest.raises(MescError, match=f"batch_size must be a whole number >= 1, got {size}"):
+            fitted.encode(x[:2], batch_size=size)
+    with pytest.warns(UserWarning, match="negative") as caught:
+        fitted.encode(-x[:2])
+    assert caught[0].filename == __file__
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # a constant C: clusters left empty
+def test_history_has_its_keys_after_zero_epochs(images):
+    est = MESCClustering(3, epochs=0, pretrain_steps=0, thr=0.2, subspace_dim=3, power=1.0)
+    est.fit(images[0])
+    assert est.n_iter_ == 0
+    assert {k: len(v) for k, v in est.history_.items()} == dict.fromkeys(
+        ("loss", "recon", "reg", "selfexp"), 0)
+
+
 def test_fit_warns_when_clusters_are_left_empty(images, monkeypatch):
     real = pipeline.cluster
 

@@ -11,8 +11,9 @@ from mesc_tf.config import Architecture, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.model import ConvAutoEncoder
 from mesc_tf.training import relative_error
-from mesc_tf.weights import (convert_tf1_checkpoint, load_autoencoder, load_tf1_checkpoint,
-                             read_tf1_checkpoint, save_autoencoder)
+from mesc_tf.weights import (assign_weights, convert_tf1_checkpoint, load_autoencoder,
+                             load_tf1_checkpoint, read_autoencoder_file, read_tf1_checkpoint,
+                             save_autoencoder)
 
 pytestmark = pytest.mark.usefixtures("runtime")
 
@@ -91,6 +92,29 @@ def test_h5_bad_files(tmp_path):
         f["enc_0/kernel"] = np.zeros((3, 3, 1, 3), np.float32)
     expect_error("not a mesc-tf auto-encoder file", load_autoencoder, foreign)
     expect_error("not found", load_autoencoder, tmp_path / "absent.h5")
+
+
+def test_h5_damaged_contents_are_refused(saved):
+    """A NaN weight, another format version, a stray group: one line naming the problem, and
+    a refused file leaves the model it was loading into as it was."""
+    ae, path = saved
+    with h5py.File(path, "a") as f:
+        f["dec_2"]["bias"][0] = np.nan
+    expect_error("layer dec_2 bias holds NaN", load_autoencoder, path, ARCH)
+    _, _, weights = read_autoencoder_file(path)
+    before = all_weights(ae)
+    with pytest.raises(MescError):
+        assign_weights(ae, {k: (w, b) for k, (w, b) in weights.items()}, "test")
+    for a, b in zip(before, all_weights(ae)):  # enc_0 … dec_1 were not assigned either
+        np.testing.assert_array_equal(a, b)
+    with h5py.File(path, "a") as f:
+        f["dec_2"]["bias"][0] = 0.0
+        f.attrs["version"] = 99
+    expect_error("format version 99, but this mesc-tf reads version 1", load_autoencoder, path)
+    with h5py.File(path, "a") as f:
+        f.attrs["version"] = 1
+        f.create_group("junk")
+    expect_error("'junk' is not a layer", load_autoencoder, path)
 
 
 # --- the authors' TF1 checkpoints ------------------------------------------------------------
@@ -216,3 +240,19 @@ def test_tf1_checkpoint_missing_tensors(tmp_path):
     msg = expect_error("lacks tensors", read_tf1_checkpoint, prefix, (32, 32))
     assert "dec_w0" in msg and "Variable_1" in msg
     expect_error("lacks tensors", load_tf1_checkpoint, prefix, Architecture((32, 32), (3,), (3,)))
+
+
+def test_readme_h5_example_runs_as_written(shared_data, monkeypatch):
+    """The README's saved-auto-encoder example, as written, gives the shapes its comments say."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(repo)  # it loads pretrained/orl.h5
+    text = (repo / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text[text.index("Saved auto-encoders are"):], re.S)[1]
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert "float32 (400, 32, 32, 1)" in code and scope["images"].shape == (400, 32, 32, 1)
+    assert "(400, 4, 4, 5)" in code and tuple(scope["z"].shape) == (400, 4, 4, 5)
