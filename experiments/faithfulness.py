@@ -93,10 +93,12 @@ def load_against(path, n):
     from mesc_tf.errors import MescError
 
     try:
-        c = np.load(path)
+        c = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise MescError(f"cannot read --against {path} ({' '.join(str(e).split())}); give a "
-                        ".npy file holding an n×n C") from None
+        # NumPy takes any file that is not .npy or .npz for a pickle.
+        why = "not a .npy file" if "pickle" in str(e) else " ".join(str(e).split())
+        raise MescError(f"cannot read --against {path} ({why}); give a .npy file holding an "
+                        "n×n C") from None
     if not isinstance(c, np.ndarray):
         raise MescError(f"--against {path} is not a .npy array (an .npz archive?); give a .npy "
                         "file holding an n×n C")

@@ -140,7 +140,8 @@ def writable_dir(out, option="--out DIR") -> Path:
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        raise MescError(f"output directory {out} is not writable ({e.strerror}); "
+        why = "it is a file" if out.is_file() else e.strerror
+        raise MescError(f"output directory {out} is not writable ({why}); "
                         f"pass a writable {option}") from None
     return out
 

@@ -3,8 +3,10 @@ the state.json those writes leave in a training checkpoint, and the JSON encodin
 values and paths (no TensorFlow needed)."""
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,9 +33,40 @@ def default_file_mode():
     return 0o666 & ~umask
 
 
+def size_text(n_bytes) -> str:
+    """A byte count for messages: '12.3 MiB', '2.0 GiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{int(n_bytes)} bytes"
+
+
+def write_error(path, e: OSError) -> MescError:
+    """A failed write of ``path`` as one MescError: the file, the cause, what to do."""
+    # NumPy's tofile reports a short write as "N requested and M written", without an errno.
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or "written" in str(e)
+    hint = ("the disk is full: free space there or write elsewhere" if full
+            else "check that its folder exists and is writable, or write elsewhere")
+    return MescError(f"cannot write {path} ({one_line(e)}); {hint}")
+
+
+def check_free_space(path, n_bytes, what):
+    """MescError unless the file system of ``path`` (a file to be written) has ``n_bytes``
+    free: before writers whose failure on a full disk is not clean (h5py's)."""
+    folder = Path(path).parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:  # the folder's own error comes with the write
+        return
+    if free < n_bytes:
+        raise MescError(f"no space for {what} {path}: it needs about {size_text(n_bytes)} and "
+                        f"{size_text(free)} is free there; free space or write elsewhere")
+
+
 @contextlib.contextmanager
 def atomic_file(path, mode="w"):
-    """Yield a temporary file beside ``path``; on success flush, fsync and rename it to path."""
+    """Yield a temporary file beside ``path``; on success flush, fsync and rename it to path.
+    A write that fails (a full disk) is a MescError naming ``path``; nothing is left."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -43,6 +76,8 @@ def atomic_file(path, mode="w"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(path, e) from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -14,6 +14,7 @@ import numpy as np
 from mesc_tf import postcluster
 from mesc_tf.config import Architecture, Settings, check_post_method, encoder_sizes
 from mesc_tf.errors import MescError
+from mesc_tf.files import size_text
 from mesc_tf.metrics import evaluate
 
 # Where the project's own pretrained auto-encoders live (issue: own pretraining).
@@ -138,8 +139,8 @@ def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     need, have = memory_estimate(n_samples, arch, rank), available_memory()
     if need > have:
         cap = f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == memory_cap() else ""
-        raise MescError(f"a problem of {n_samples} samples needs about {need / 2**30:.1f} GiB "
-                        f"but {have / 2**30:.1f} GiB is available{cap}; use a subset of the data "
+        raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)} "
+                        f"but {size_text(have)} is available{cap}; use a subset of the data "
                         "or a machine with more memory")
     return need
 

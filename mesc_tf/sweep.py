@@ -279,6 +279,9 @@ def read_records(path) -> tuple[list[dict], int]:
     for source in (*archive_paths(path), path):
         if not source.exists():
             continue
+        if source.is_dir():
+            raise MescError(f"the sweep results {source} is a folder; pass the path of a "
+                            ".jsonl file as --out")
         try:
             with open(source, encoding="utf-8") as f:
                 lines = f.readlines()

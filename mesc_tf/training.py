@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from mesc_tf.errors import MescError, one_line
-from mesc_tf.files import atomic_write_text, read_backup_state
+from mesc_tf.files import (atomic_write_text, check_free_space, read_backup_state,
+                           write_error)
 
 
 # TF1's AdamOptimizer default; Keras' is 1e-7 (pitfall 3).
@@ -219,6 +220,13 @@ def _restore_callback_state(cb, state: dict, model_weights, where):
         setattr(cb, name, value)
 
 
+def _state_bytes(model) -> int:
+    """About the size of ``save_weights``' file: the variables, with room for h5py's layout."""
+    variables = [*model.weights, *(model.optimizer.variables if model.optimizer else [])]
+    data = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    return int(1.05 * data) + 2**20
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """BackupAndRestore whose backup survives a kill at any moment.
 
@@ -258,8 +266,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         backup_dir.mkdir(parents=True, exist_ok=True)
         name = f"state-{self._current_epoch:08d}.weights.h5"
         tmp = backup_dir / f".tmp-{name}"
-        self.model.save_weights(str(tmp), overwrite=True)
-        _fsync(tmp)
+        # h5py does not fail cleanly on a full disk (it can crash on closing), so look first.
+        check_free_space(tmp, _state_bytes(self.model), "the checkpoint")
+        try:
+            self.model.save_weights(str(tmp), overwrite=True)
+            _fsync(tmp)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise write_error(tmp, e) from None
         os.replace(tmp, backup_dir / name)
         seconds = self._seconds_before + time.perf_counter() - self._started
         atomic_write_text(self._state_path, json.dumps({

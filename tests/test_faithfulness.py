@@ -137,11 +137,13 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
     (["--epochs", "0"], "nothing to compare"),
     (["--against", "{tmp}/c.npy"], "not the 400×400 C"),
     (["--against", "{tmp}/missing.npy"], "cannot read --against"),
+    (["--against", "{tmp}/c.txt"], "c.txt (not a .npy file); give a .npy file"),
 ])
 def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, synthetic_data,
                                                 tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     np.save(tmp_path / "c.npy", np.zeros((3, 3), np.float32))
+    (tmp_path / "c.txt").write_text("1 2 3\n")
     script = load_script("faithfulness")
     argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]),
             *[a.format(tmp=tmp_path) for a in argv], "--json", str(tmp_path / "f.json")]

@@ -30,6 +30,8 @@ import scipy.io
 
 from mesc_tf import cli
 from mesc_tf.config import get_config
+from mesc_tf.errors import MescError
+from mesc_tf.files import size_text
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,6 +204,11 @@ RUN_CASES = {
     "checkpoint-every-0": (lambda f: [*ORL, "--checkpoint-every", "0"], [">= 1"]),
     "out-not-writable": (lambda f: [*ORL, *_data("orl")(f), "--out", f["a_file"] / "sub"],
                          ["not writable", "a_file"]),
+    "out-is-a-file": (lambda f: [*ORL, *_data("orl")(f), "--out", f["a_file"]],
+                      ["output directory", "a_file is not writable (it is a file)"]),
+    "weights-is-a-folder": (lambda f: ["--dataset", "orl", *_data("orl")(f), "--weights",
+                                       f["empty"]],
+                            ["auto-encoder file", "is a folder; give an existing .h5 file"]),
     "save-coef-not-writable": (lambda f: [*ORL, *_data("orl")(f), "--save-coef",
                                           f["a_file"] / "C.npy"],
                                ["cannot write --save-coef file"]),
@@ -242,8 +249,8 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
     code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out", tmp_path / "r"],
                           capsys)
     assert code == 2
-    assert_one_error_line(err, "120 samples needs about", f"{need / 2**30:.1f} GiB",
-                          "0.0 GiB is available (the cap MESC_MEMORY_LIMIT_BYTES sets)")
+    assert_one_error_line(err, "120 samples needs about", size_text(need),
+                          "1000 bytes is available (the cap MESC_MEMORY_LIMIT_BYTES sets)")
     assert not list(tmp_path.iterdir())
     for value in ("lots", "-1", "0"):
         monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, value)
@@ -257,11 +264,10 @@ def test_memory_limit_only_lowers_what_is_available(monkeypatch):
     """MESC_MEMORY_LIMIT_BYTES is a cap: above the machine's memory it changes nothing (it
     replaced the figure before, so a large value switched the check off)."""
     from mesc_tf import pipeline
-    from mesc_tf.errors import MescError
 
     monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1e15")
     assert pipeline.available_memory() < 10**15
-    with pytest.raises(MescError, match="GiB is available; use a subset"):
+    with pytest.raises(MescError, match="B is available; use a subset"):
         pipeline.check_memory(10**6, get_config("mnist").arch)  # ~4 TB, cap or no cap
     monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1e6")
     assert pipeline.available_memory() == 10**6
@@ -308,7 +314,6 @@ def test_subprocess_errors_have_no_traceback(files, tmp_path):
 def test_main_guard_cleanup(tmp_path, capsys):
     """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug
     keeps its traceback (after the same cleanup)."""
-    from mesc_tf.errors import MescError
 
     plain, resumable = tmp_path / "plain", tmp_path / "resumable"
     for d in (plain, resumable / "checkpoint"):
@@ -485,9 +490,9 @@ def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(MescError, match=f"cannot write {target} .*the disk is full"):
         cli.write_json(target, {"a": 2})
-    with pytest.raises(OSError):
+    with pytest.raises(MescError, match=f"cannot write {coef} .*the disk is full"):
         cli.save_npy(coef, np.zeros((3, 3)))
     assert json.loads(target.read_text()) == {"a": 1}
     assert np.array_equal(np.load(coef), np.eye(3))
@@ -814,3 +819,44 @@ def test_resume_after_sigkill_gives_the_same_c(files, tmp_path, capsys):
     # Post-clustering settings act on the trained C: changing them does not block a resume.
     again = RUN.main([*argv, "--resume", "--thr", "0.5", "--force"])
     assert again["timings"]["steps"] == epochs and np.array_equal(again["coef"], resumed)
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(files, tmp_path, capsys, monkeypatch):
+    """No space for a checkpoint (h5py would crash on it, so the space is looked at first), for
+    --save-coef (NumPy's short write has no errno) or for results.json: one line naming the
+    file, exit 2, no output left."""
+    import errno
+
+    import mesc_tf.files
+
+    data = ["--data-dir", files["dir"] / "orl"]
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(mesc_tf.files.shutil, "disk_usage",
+                        lambda p: real_usage(p)._replace(free=1000))
+    code, _, err = invoke(RUN, [*ORL, *data, "--checkpoint-every", "1", "--out", tmp_path / "r"],
+                          capsys)
+    assert code == 2
+    assert_one_error_line(err, "no space for the checkpoint", "1000 bytes is free there")
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setattr(mesc_tf.files.shutil, "disk_usage", real_usage)
+
+    def short_write(*args, **kwargs):
+        raise OSError("160000 requested and 10208 written")
+
+    with monkeypatch.context() as m:
+        m.setattr(np, "save", short_write)
+        code, _, err = invoke(RUN, [*ORL, *data, "--out", tmp_path / "r", "--save-coef",
+                                    tmp_path / "c.npy"], capsys)
+    assert code == 2
+    assert_one_error_line(err, f"cannot write {tmp_path / 'c.npy'}", "the disk is full")
+    assert not list(tmp_path.iterdir())
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(mesc_tf.files.os, "fsync", no_space)
+    code, _, err = invoke(RUN, [*ORL, *data, "--out", tmp_path / "r"], capsys)
+    assert code == 2
+    assert_one_error_line(err, f"cannot write {tmp_path / 'r' / 'results.json'}",
+                          "No space left on device", "the disk is full")
+    assert not list(tmp_path.iterdir())

@@ -188,6 +188,8 @@ def test_archive_parts_are_read_before_the_file(tmp_path):
     (tmp_path / "s.part2.jsonl").write_bytes(b"\x1f\x8b\x08\xff binary")
     with pytest.raises(MescError, match="cannot read the sweep results .*s.part2.jsonl"):
         sweep.read_records(out)
+    with pytest.raises(MescError, match="results .* is a folder; pass the path of a .jsonl"):
+        sweep.read_records(tmp_path)
 
 
 def test_summary_only_keeps_the_chosen_autoencoders_records(toy_weights, tmp_path, capsys):
