@@ -280,7 +280,12 @@ def _load_coil(root: _Root, name: str) -> Dataset:
             f"{path}: fea has {x.shape[0]} rows but {name} needs the first {n} (72 views per "
             f"object); use the full 7200-row COIL100.mat"
         )
-    # As stored, not rescaled: the scale of the original file is unknown (reference-facts §1.1).
+    # As stored: the standard file's uint8 0..255, the scale the authors' COIL40 and COIL100
+    # auto-encoders reconstruct (tests/test_weights.py, test_coil100_checkpoints_expect_raw_pixels).
+    if x.size and float(np.max(x)) <= 1.0:
+        warnings.warn(f"{path}: fea is in [0, 1], but the authors' COIL40/COIL100 auto-encoders "
+                      "were trained on the standard file's 0..255; multiply by 255 to use them "
+                      "(--tf1-checkpoint original)", UserWarning, stacklevel=2)
     return _dataset(name, x[:n], _relabel(gnd[:n]), [path])
 
 
@@ -321,6 +326,10 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
 def _load_usps(root: _Root) -> Dataset:
     path = root.find("usps", "USPS.mat")
     x, gnd = _fea_gnd(path, "usps")
+    if x.size and not float(np.min(x)) < 0:  # already mapped: (x + 1) / 2 would squeeze it
+        raise MescError(f"{path}: fea is in [{float(np.min(x)):g}, {float(np.max(x)):g}], but "
+                        "usps reads the USPS.mat whose fea is in [-1, 1] (the data folder's "
+                        "SOURCES.md); give that file")
     # fea is in [-1, 1]; the pretrained USPS AE fits [0, 1] best (0.219 vs 0.953 as stored).
     # File order is kept (train then test, not sorted by class).
     return _dataset("usps", (x.astype(np.float64) + 1.0) / 2.0, _relabel(gnd), [path])

@@ -137,6 +137,15 @@ def test_v73_layout_gives_the_same_arrays(coil100):
     np.testing.assert_array_equal(a.y, b.y)
 
 
+def test_coil100_mat_in_unit_range_warns(tmp_path, coil100):
+    """A COIL100.mat already scaled to [0, 1] loads, with a warning that the authors'
+    auto-encoders want the standard file's 0..255."""
+    fea, _, _ = coil100
+    savemat(tmp_path / "COIL100.mat", fea=fea[:2880] / 255.0, gnd=np.repeat(np.arange(1, 41), 72))
+    with pytest.warns(UserWarning, match=r"fea is in \[0, 1\].*multiply by 255"):
+        assert load_dataset("coil40", tmp_path).x.max() <= 1
+
+
 def test_coil40_needs_2880_rows(tmp_path):
     fea, gnd = fea_gnd(39, 72)
     savemat(tmp_path / "COIL100.mat", fea=fea, gnd=gnd)
@@ -199,6 +208,9 @@ def test_usps_mapped_to_unit_interval(tmp_path):
     assert ds.x.shape == (30, 16, 16, 1) and ds.x.min() == 0.0 and ds.x.max() == 1.0
     np.testing.assert_allclose(ds.x[5, :, :, 0], ((fea[5] + 1) / 2).reshape(16, 16), rtol=1e-6)
     np.testing.assert_array_equal(ds.y, gnd.ravel())  # file order kept
+    savemat(tmp_path / "USPS.mat", fea=(fea + 1) / 2, gnd=gnd)  # already in [0, 1]
+    expect_error(r"fea is in \[0, 1\], but usps reads the USPS.mat whose fea is in \[-1, 1\]",
+                 load_dataset, "usps", tmp_path)
 
 
 @pytest.mark.parametrize("compress", [True, False])
