@@ -560,7 +560,7 @@ class Results:
         cli.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,
             "command": " ".join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
-            "versions": cli.versions()})
+            "versions": cli.versions(), "machine": sweep.machine()})
         md = self.dir / f"{self.args.experiment}.md"
         atomic_write_text(md, markdown)
         print(f"{self.computed} run(s) computed, {self.reused} reused from {self.runs}")

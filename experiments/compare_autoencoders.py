@@ -6,7 +6,9 @@
 For each dataset: the relative reconstruction error of pretrained/<dataset>.h5 and of the
 original TF1 checkpoint on the same data, then the main-table methods (default: our) fine-tuned
 from each with the settings of mesc_tf/config.py and clustered with every seed (through
-experiments/table.py, so the cells are resumable and identical to the main table's). Writes
+experiments/table.py, so the cells are resumable and computed as the main table's; ORL's
+DSC-Net labels move with BLAS thread counts, so cells run with other --jobs can differ).
+Writes
 experiments/results/autoencoders/{autoencoders.json, autoencoders.md} and the two tables it
 ran in ours/ and original/ beside them.
 
@@ -141,7 +143,10 @@ def render_md(summary) -> str:
         lines += [f"**SMOKE TEST ROWS (fine-tuning capped by --max-epochs): {', '.join(smoke)}; "
                   "these numbers say nothing about the auto-encoders.**", ""]
     lines += ["Same data, same fine-tuning settings (mesc_tf/config.py), same seeds within a row "
-             "(its seeds column); only the auto-encoder differs. ACC/NMI in %: "
+             "(its seeds column), same code; the two sides of a row may come from different "
+             "runs, with other --jobs (hence BLAS threads) or machines, which move the labels "
+             "where the spectral step is ill-posed (ORL's DSC-Net cells, "
+             "experiments/results/README.md). ACC/NMI in %: "
              "median (mean ± std over the seeds). Rows merge across runs of `python "
              "experiments/compare_autoencoders.py --datasets D ... [--methods M ...]` (default "
              "method: our); each run adds or replaces the rows of its datasets and methods. "
@@ -211,10 +216,13 @@ def main(argv=None):
     original = table.main([*shared, "--out", str(args.out / "original"), *[
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
+    command = " ".join(["experiments/compare_autoencoders.py",
+                        *(sys.argv[1:] if argv is None else map(str, argv))])
     for d in args.datasets:
         # Methods compared by earlier runs on this dataset keep their rows too.
         methods = summary.get(d, {}).get("methods", {})
-        keep = ("acc", "nmi", "seeds", "max_epochs")
+        keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
+                "autoencoder_id", "jobs", "threads_per_job", "machine", "finished")
         methods.update({m: {"ours": {k: ours[d][m].get(k) for k in keep},
                             "original": {k: original[d][m].get(k) for k in keep}}
                         for m in args.methods})
@@ -227,7 +235,7 @@ def main(argv=None):
             diag = autoencoder_diagnostics(d, data_dir, tf1_prefix, args.seeds)
             errors = {k: v.pop("relative_error") for k, v in diag.items()}
         summary[d] = {"relative_error": errors, "codes": diag, "diagnostics_key": key,
-                      "methods": methods}
+                      "methods": methods, "command": command, "versions": cli.versions()}
         # Each dataset's diagnostics are kept as soon as they exist.
         cli.write_json(args.out / "autoencoders.json", summary)
     atomic_write_text(args.out / "autoencoders.md", render_md(summary))

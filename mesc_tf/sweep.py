@@ -662,7 +662,9 @@ def stats(values) -> dict:
 
 
 def summarize(records, keys=None) -> list[dict]:
-    """Per setting (over seeds): ACC/NMI stats, best first by median ACC, then mean ACC.
+    """Per setting (over seeds): ACC/NMI stats, best first by median ACC, ties broken by
+    median NMI, then mean ACC. Settings with fewer finished seeds than the most any has (a
+    file holding several seed sets, or failed trials) come after the others.
 
     ``keys`` restricts to those trial keys (e.g. the current grid). Failed trials are counted
     in ``errors`` and left out of the statistics.
@@ -687,8 +689,10 @@ def summarize(records, keys=None) -> list[dict]:
         if row["acc"]:
             row["acc_stats"], row["nmi_stats"] = stats(row["acc"]), stats(row["nmi"])
         out.append(row)
-    out.sort(key=lambda r: (-(r["acc_stats"]["median"] if r["acc"] else -1),
-                            -(r["acc_stats"]["mean"] if r["acc"] else -1)))
+    most = max((len(r["seeds"]) for r in out), default=0)
+    out.sort(key=lambda r: (len(r["seeds"]) < most,
+                            *(-r[f"{m}_stats"][s] if r["acc"] else 1
+                              for m, s in (("acc", "median"), ("nmi", "median"), ("acc", "mean")))))
     return out
 
 

@@ -234,10 +234,10 @@ def test_an_autoencoder_counts_by_content_however_it_was_named():
 
 
 def test_summary_ranks_by_median_acc():
-    def rec(reg1, seed, acc):
+    def rec(reg1, seed, acc, nmi=None):
         return {"dataset": "toy", "autoencoder_id": "none", "seed": seed, "error": None,
                 "settings": Settings(reg1=reg1).to_dict(), "timings": {},
-                "metrics": {"acc": acc, "nmi": acc}}
+                "metrics": {"acc": acc, "nmi": acc if nmi is None else nmi}}
 
     records = [rec(1.0, 0, 0.9), rec(1.0, 1, 0.1), rec(1.0, 2, 0.2),  # mean 0.4, median 0.2
                rec(2.0, 0, 0.3), rec(2.0, 1, 0.3), rec(2.0, 2, 0.3)]
@@ -246,6 +246,11 @@ def test_summary_ranks_by_median_acc():
     assert rows[1]["acc_stats"]["mean"] == pytest.approx(0.4)
     text = sweep.format_summary(rows)
     assert "reg1" in text and "30.00 ± 0.00" in text
+    # Equal ACC: the higher median NMI first, whatever the order read; a setting with fewer
+    # finished seeds (one seed at 0.95, say) after the complete ones.
+    records = [*(rec(3.0, seed, 0.5, 0.6) for seed in range(3)),
+               *(rec(4.0, seed, 0.5, 0.7) for seed in range(3)), rec(5.0, 0, 0.95)]
+    assert [r["settings"]["reg1"] for r in sweep.summarize(records)] == [4.0, 3.0, 5.0]
 
 
 # --- real runs ---------------------------------------------------------------------------------
