@@ -101,6 +101,7 @@ def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
     from mesc_tf.errors import MescError
+    from mesc_tf.files import read_backup_state
     from mesc_tf.weights import check_autoencoder_file
 
     cfg = get_config(args.dataset)
@@ -122,7 +123,7 @@ def main(argv=None, cleanup=None):
         cleanup.extend(made)
     ckpt = out.with_name(out.stem + ".checkpoint")
     backup = ckpt if (args.checkpoint_every or args.resume) else None
-    _checkpointing[0] = backup is not None
+    _checkpointing[0] = backup
     if args.resume and not (ckpt / "state.json").exists():
         raise MescError(f"nothing to resume at {ckpt}; start with --checkpoint-every N")
     if not args.resume and (ckpt / "state.json").exists() and not args.force:
@@ -144,11 +145,13 @@ def main(argv=None, cleanup=None):
         try:  # no run.json: a checkpoint from before minibatches, so full batch, start unknown
             recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
             recorded = {k: recorded.get(k) for k in ("batch_size", "seed", "lr", "initializer",
-                                                     "init")}
+                                                     "init", "dataset", "checkpoint_every")}
             ok = {"batch_size": lambda v: isinstance(v, int) and v >= 1,
                   "seed": lambda v: isinstance(v, int) and v >= 0,
                   "lr": lambda v: isinstance(v, float) and 0 < v < float("inf"),
-                  "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str)}
+                  "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str),
+                  "dataset": lambda v: isinstance(v, str),
+                  "checkpoint_every": lambda v: isinstance(v, int) and v >= 1}
             if not all(recorded[k] is None or ok[k](recorded[k]) for k in recorded):
                 raise ValueError
         except (ValueError, AttributeError):
@@ -157,6 +160,16 @@ def main(argv=None, cleanup=None):
                             "to start over") from None
         # The same command with --resume carries on; an option that contradicts the checkpoint
         # (it restores the weights, and the learning rate they had reached) is refused.
+        if recorded["dataset"] not in (None, args.dataset):  # None: not recorded before s46
+            raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
+                            f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
+                            "pass --force without --resume to start over")
+        step = read_backup_state(ckpt)["epoch"]
+        if step > schedule.max_steps:
+            raise MescError(f"the checkpoint {ckpt} is at step {step}, past --max-steps "
+                            f"{schedule.max_steps}; resume with --max-steps {step} or more")
+        if args.checkpoint_every is None:  # keep saving as the interrupted run did
+            args.checkpoint_every = recorded["checkpoint_every"]
         for name in ("batch_size", "seed", "lr", "initializer", "init"):
             given, kept = getattr(args, name), recorded[name]
             if name == "init" and given is not None and kept is not None:
@@ -178,7 +191,8 @@ def main(argv=None, cleanup=None):
                   f"memory: {batch_size} images per step")
         recorded = {"batch_size": batch_size, "seed": seed, "lr": schedule.lr,
                     "initializer": None if args.init else schedule.initializer,
-                    "init": args.init}
+                    "init": args.init, "dataset": args.dataset,
+                    "checkpoint_every": args.checkpoint_every}
         if backup is not None:
             if not ckpt.exists() and cleanup is not None:
                 cleanup.append(ckpt)  # removed on failure unless it holds a checkpoint by then
@@ -246,7 +260,7 @@ def main(argv=None, cleanup=None):
     return meta
 
 
-_checkpointing = [False]  # for the Ctrl-C line
+_checkpointing = [None]  # the checkpoint folder, for the Ctrl-C line
 
 if __name__ == "__main__":
     _cleanup = []

@@ -84,7 +84,7 @@ def main(argv=None, cleanup=None):
     if tb is not None and tb.exists():
         cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
-    _checkpointing[0] = backup is not None
+    _checkpointing[0] = backup
     saved = _check_checkpoint(args, out, settings)
     before = read_backup_state(backup) if args.resume else None  # the steps kept, their seconds
     if args.resume and args.checkpoint_every is None:  # keep saving as the first run did
@@ -220,7 +220,7 @@ def _check_checkpoint(args, out, settings):
     return saved
 
 
-_checkpointing = [False]  # for the Ctrl-C line
+_checkpointing = [None]  # the checkpoint folder, for the Ctrl-C line
 
 if __name__ == "__main__":
     _cleanup = []

@@ -235,13 +235,17 @@ def versions():
 INTERRUPTED = "interrupted; what was finished is kept"
 
 
-def training_interrupted(checkpointing: bool) -> str:
-    """The Ctrl-C line of a training script, with or without --checkpoint-every."""
-    if checkpointing:
-        return ("interrupted; the last checkpoint (if one was written) is kept: rerun the "
-                "same command with --resume to continue from it")
-    return ("interrupted; nothing was kept: rerun the command (with --checkpoint-every N a "
-            "long run can be resumed)")
+def training_interrupted(checkpoint_dir) -> str:
+    """The Ctrl-C line of a training script: what its checkpoint folder (None: the run saves
+    none) holds by then, and how to go on."""
+    if checkpoint_dir is None:
+        return ("interrupted; nothing was kept: rerun the command (with --checkpoint-every N a "
+                "long run can be resumed)")
+    if (Path(checkpoint_dir) / "state.json").exists():
+        return ("interrupted; the last checkpoint is kept: rerun the same command with "
+                "--resume to continue from it")
+    return ("interrupted before the first checkpoint; nothing was kept: rerun the command "
+            "without --resume")
 
 
 class Terminated(KeyboardInterrupt):

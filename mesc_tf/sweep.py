@@ -509,7 +509,7 @@ class _Trained:
 
 
 def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=None, out=None,
-              threads=None, verbose=0, coef_cache=None):
+              threads=None, verbose=0, coef_cache=None, parent_pid=None):
     """Fine-tune once and cluster every trial of ``group``; the worker side of a sweep.
 
     Each trial's record is appended to ``out`` (JSON lines) as soon as it is scored, when
@@ -517,8 +517,10 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     of the group's step counts are there (no training then) and written to it otherwise.
     Returns {"records": [...], "seconds": wall time of the whole group, "train_s", "load_s",
     "steps_run": fine-tuning steps taken (0 when every C came from the cache), "tag": the
-    group's, "coef_cache": "read", "written", "not written" or None}.
+    group's, "coef_cache": "read", "written", "not written" or None}. ``parent_pid``: in a
+    worker, the sweep's process; once it is gone (killed), nothing more is trained or written.
     """
+    _check_parent(parent_pid)
     _limit_threads(threads)
     from mesc_tf.cli import code_revision
 
@@ -528,12 +530,20 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     records, code = [], code_revision()  # records match without it; see README, "Sweeps"
     for trial in sorted(group.trials, key=lambda t: (t.settings.epochs, t.seed)):
         rec = _scored_trial(trial, group, trained, ds, dataset, ae, method, code)
+        _check_parent(parent_pid)
         if out is not None:
             append_jsonl(out, rec)
         records.append(rec)
     return {"records": records, "seconds": time.perf_counter() - start,
             "train_s": trained.train_s, "load_s": trained.load_s,
             "steps_run": trained.steps_run, "tag": group.tag, "coef_cache": trained.cache_use}
+
+
+def _check_parent(parent_pid):
+    """Stop a worker whose sweep was killed (SIGKILL leaves loky's workers running: they
+    would go on through the queued groups and append records the rerun also makes)."""
+    if parent_pid is not None and os.getppid() != parent_pid:
+        raise RuntimeError(f"the sweep process {parent_pid} is gone; this worker stops")
 
 
 def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) -> _Trained:
@@ -632,7 +642,8 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
     backend = {"inner_max_num_threads": int(threads)} if threads else {}
     parallel = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered",
                         **backend)
-    yield from parallel(delayed(run_group)(g, threads=threads, **kwargs) for g in groups)
+    yield from parallel(delayed(run_group)(g, threads=threads, parent_pid=os.getpid(), **kwargs)
+                        for g in groups)
 
 
 def memory_check(dataset, n_jobs, n_snapshots):
@@ -669,10 +680,16 @@ def summarize(records, keys=None) -> list[dict]:
     ``keys`` restricts to those trial keys (e.g. the current grid). Failed trials are counted
     in ``errors`` and left out of the statistics.
     """
-    rows: dict[str, dict] = {}
+    # One record per trial: the first that succeeded, else the first (a trial retried with
+    # --retry-errors, or written twice by workers of a killed sweep, counts once).
+    chosen: dict[str, dict] = {}
     for r in records:
-        if keys is not None and record_key(r) not in keys:
-            continue
+        k = record_key(r)
+        if keys is None or k in keys:
+            if k not in chosen or (chosen[k].get("error") and not r.get("error")):
+                chosen[k] = r
+    rows: dict[str, dict] = {}
+    for r in chosen.values():
         skey = json.dumps({"ae": autoencoder_hash(r["autoencoder_id"]), "s": r["settings"]},
                           sort_keys=True)
         row = rows.setdefault(skey, {"settings": r["settings"], "autoencoder_id":

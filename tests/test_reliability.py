@@ -339,12 +339,18 @@ def test_main_guard_cleanup(tmp_path, capsys):
         cli.main_guard(fail(ZeroDivisionError()), [plain])
     assert not plain.exists()
     # Ctrl-C: exit 130, and the line says how to go on (no --resume without a checkpoint).
-    for checkpointing, advice in ((True, "with --resume"), (False, "nothing was kept")):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "state.json").write_text("{}")
+    for folder, advice in ((tmp_path / "kept", "checkpoint is kept: rerun the same command with "
+                            "--resume"), (tmp_path / "ckpt", "before the first checkpoint; "
+                            "nothing was kept: rerun the command without --resume"),
+                           (None, "nothing was kept: rerun the command (with --checkpoint")):
         with pytest.raises(SystemExit) as e:
             cli.main_guard(fail(KeyboardInterrupt()),
-                           interrupted=lambda: cli.training_interrupted(checkpointing))
+                           interrupted=lambda: cli.training_interrupted(folder))
         err = capsys.readouterr().err
-        assert e.value.code == 130 and err.startswith("error: interrupted;") and advice in err
+        assert e.value.code == 130 and err.startswith("error: interrupted") and advice in err
     with pytest.raises(SystemExit) as e:  # SIGTERM's, the same line and exit 143
         cli.main_guard(fail(cli.Terminated()))
     assert e.value.code == 143 and capsys.readouterr().err == f"error: {cli.INTERRUPTED}\n"
@@ -632,7 +638,7 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
     assert code == 0, err
     monkeypatch.undo()
     assert written == [{"batch_size": 50, "seed": 7, "lr": 2e-3, "initializer": "glorot_uniform",
-                        "init": None}]
+                        "init": None, "dataset": "orl", "checkpoint_every": 1}]
     assert read_autoencoder_file(first)[1]["batch_size"] == 50
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first.h5"]  # checkpoint dropped
     # An interrupted run's checkpoint, as pretrain.py leaves it (state and run.json).
@@ -660,13 +666,23 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
                               capsys)
         assert code == 2
         assert_one_error_line(err, "cannot read", "run.json", "start over")
+    # Another dataset's checkpoint, or one past --max-steps: refused.
+    (ckpt / "run.json").write_text(json.dumps({**written[0], "dataset": "toy"}))
+    code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "3", "--out", out], capsys)
+    assert code == 2
+    assert_one_error_line(err, "pretrains toy, not orl; resume it with --dataset toy")
     (ckpt / "run.json").write_text(good)
+    code, _, err = invoke(PRETRAIN, [*data, "--resume", "--max-steps", "1", "--out", out], capsys)
+    assert code == 2
+    assert_one_error_line(err, "at step 2, past --max-steps 1; resume with --max-steps 2 or more")
     # The first command with --resume carries on (what its Ctrl-C line says to do), and the
-    # schedule it prints is the checkpoint's run's.
+    # schedule it prints is the checkpoint's run's; it checkpoints as often as the run did.
+    monkeypatch.setattr(pipeline, "pretrain", lambda *a, **k: (written.append(k), real(*a, **k))[1])
     code, printed, err = invoke(PRETRAIN, [*data, "--batch-size", "50", "--seed", "7", "--lr",
                                            "2e-3", "--initializer", "glorot_uniform", "--resume",
                                            "--max-steps", "3", "--out", out], capsys)
     assert code == 0, err
+    assert written[-1]["checkpoint_every"] == 1
     assert "lr=0.002," in printed and "initializer='glorot_uniform'" in printed
     meta = read_autoencoder_file(out)[1]
     assert (meta["batch_size"], meta["seed"], meta["resumed_at_step"], meta["steps"]) == \

@@ -251,6 +251,23 @@ def test_summary_ranks_by_median_acc():
     records = [*(rec(3.0, seed, 0.5, 0.6) for seed in range(3)),
                *(rec(4.0, seed, 0.5, 0.7) for seed in range(3)), rec(5.0, 0, 0.95)]
     assert [r["settings"]["reg1"] for r in sweep.summarize(records)] == [4.0, 3.0, 5.0]
+    # A trial recorded twice counts once: the first success (a failure retried with
+    # --retry-errors; a record a killed sweep's worker wrote as well as the rerun).
+    failed = {**rec(6.0, 1, 0.0), "error": "ArpackError", "metrics": None}
+    records = [rec(6.0, 0, 0.4), failed, rec(6.0, 1, 0.6), rec(6.0, 0, 0.4)]
+    (row,) = sweep.summarize(records)
+    assert row["seeds"] == [0, 1] and row["errors"] == 0 and row["acc"] == [0.4, 0.6]
+
+
+def test_a_worker_of_a_killed_sweep_stops():
+    """A loky worker outlives a SIGKILLed sweep; told its parent's pid, it checks that the
+    parent is still its parent before training and before writing each record."""
+    import os
+
+    with pytest.raises(RuntimeError, match="sweep process .* is gone"):
+        sweep.run_group(None, dataset="toy", data_dir=None, ae=None, out="never-written.jsonl",
+                        parent_pid=os.getppid() + 1)
+    sweep._check_parent(os.getppid())  # still there: nothing raised
 
 
 # --- real runs ---------------------------------------------------------------------------------
