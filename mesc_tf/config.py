@@ -267,10 +267,10 @@ DATASETS: dict[str, DatasetConfig] = {
         # Swept from the authors' auto-encoder, which the table fine-tunes (Makefile AUTHORS_AE):
         # best of seeds 0-2, 89.25 / 93.87, on a plateau of 88.75-89.25 (d 3-4, power 1.25-2,
         # reg2 4-8, 2500-3000 steps); the first found of four settings at 89.25, whose NMIs are
-        # 93.80-93.96 (reg1 0.1 has the highest). C is symmetrised before the SVD as in DSC-Net's ORL script
-        # (variant "dsc"). lr 1e-3, not the paper's 1e-4, at which the best found was 89.00 /
-        # 93.38 after 6000 steps (experiments/results/README.md, ORL, session 27). From our
-        # orl.h5 these settings give 82.25 (pretrained/README.md, ORL).
+        # 93.80-93.96 (reg1 0.1 has the highest). C is symmetrised before the SVD as in
+        # DSC-Net's ORL script (variant "dsc"). lr 1e-3, not the paper's 1e-4, at which the best
+        # found was 89.00 / 93.38 after 6000 steps (experiments/results/README.md, ORL, session
+        # 27). From our orl.h5 these settings give 82.25 (pretrained/README.md, ORL).
         mesc=_MESC_RELEASED.replace(reg1=0.5, reg2=4.0, lr=1e-3, epochs=2500,
                                     thr=0.17, subspace_dim=3, power=1.5, variant="dsc"),
         dsc=_DSC.replace(reg2=0.2, epochs=700, coef_init=0.0, recon_scale=0.5,
