@@ -259,14 +259,15 @@ def test_summary_ranks_by_median_acc():
     assert row["seeds"] == [0, 1] and row["errors"] == 0 and row["acc"] == [0.4, 0.6]
 
 
-def test_a_worker_of_a_killed_sweep_stops():
+def test_a_worker_of_a_killed_sweep_stops(tmp_path):
     """A loky worker outlives a SIGKILLed sweep; told its parent's pid, it checks that the
     parent is still its parent before training and before writing each record."""
     import os
 
     with pytest.raises(RuntimeError, match="sweep process .* is gone"):
-        sweep.run_group(None, dataset="toy", data_dir=None, ae=None, out="never-written.jsonl",
+        sweep.run_group(None, dataset="toy", data_dir=None, ae=None, out=tmp_path / "r.jsonl",
                         parent_pid=os.getppid() + 1)
+    assert not list(tmp_path.iterdir())
     sweep._check_parent(os.getppid())  # still there: nothing raised
 
 

@@ -104,7 +104,7 @@ def test_h5_damaged_contents_are_refused(saved):
     _, _, weights = read_autoencoder_file(path)
     before = all_weights(ae)
     with pytest.raises(MescError):
-        assign_weights(ae, {k: (w, b) for k, (w, b) in weights.items()}, "test")
+        assign_weights(ae, weights, "test")
     for a, b in zip(before, all_weights(ae)):  # enc_0 … dec_1 were not assigned either
         np.testing.assert_array_equal(a, b)
     with h5py.File(path, "a") as f:
@@ -182,8 +182,8 @@ def forward_errors(ae, x, batch_size=2048):
 def test_coil100_checkpoints_expect_raw_pixels(name, tf1_ckpts, shared_data):
     """COIL100.mat is not here, but the authors' COIL40 and COIL100 auto-encoders can be asked
     which pixel scale they were trained on: on COIL20's images (the same kind of object
-    photographs, 32×32) they reconstruct 0..255 ten times better than [0, 1] (session 46:
-    0.0051 against 0.48, and 0.022 against 0.26). So the loader keeps COIL100.mat's uint8 as
+    photographs, 32×32) they reconstruct 0..255 ten times better than [0, 1] (COIL40 0.0051
+    against 0.482, COIL100 0.022 against 0.257). So the loader keeps COIL100.mat's uint8 as
     stored."""
     x = data.load_dataset("coil20", shared_data).x  # [0, 1]
     ae = load_tf1_checkpoint(tf1_ckpts[name], get_config(name).arch)
