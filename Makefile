@@ -12,8 +12,18 @@ endif
 export MESC_DATA_DIR
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test bench run table compare-ae faithfulness figures $(BENCHMARKS) $(FIGURES) \
+.PHONY: help install test bench run table compare-ae faithfulness figures $(BENCHMARKS) $(FIGURES) \
         $(addprefix pretrain-,$(PRETRAINABLE))
+
+help:
+	@echo "make orl | coil20 | coil40 | coil100 | eyaleb | usps | mnist   fine-tune + cluster one benchmark"
+	@echo "make run DATASET=toy                 the same for any dataset (ARGS=\"...\" adds options)"
+	@echo "make pretrain-<dataset>              pretrain pretrained/<dataset>.h5"
+	@echo "make table [DATASETS=orl JOBS=2]     the paper's main tables (experiments/results/)"
+	@echo "make compare-ae | faithfulness       our vs the authors' auto-encoders; port vs released graph"
+	@echo "make figures | ablation | toy | sensitivity | convergence | tsne | confusion"
+	@echo "make bench                           speed and memory (benchmarks/)"
+	@echo "make install | test                  install with test extras; run the test suite"
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
