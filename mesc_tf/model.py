@@ -98,7 +98,8 @@ class MESCNet(keras.Model):
     """Auto-encoder + self-expression, trained on the whole dataset as one batch.
 
     ``fit(x)`` with the dataset as a single repeated batch runs one Adam step per epoch; the
-    loss terms are logged as ``recon``, ``reg`` and ``selfexp`` (unweighted) and ``loss``.
+    loss terms are logged as ``recon`` (with its ``recon_scale``, which the released graphs
+    build into the term), ``reg`` and ``selfexp`` (without reg1, reg2) and ``loss``.
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, n_samples: int, settings: Settings,
@@ -125,7 +126,8 @@ class MESCNet(keras.Model):
         return x_rec, z, cz
 
     def compute_terms(self, x):
-        """The unweighted loss terms and the weighted total, as in the released graph."""
+        """The loss terms (reg and selfexp without reg1, reg2) and the weighted total, as in
+        the released graph."""
         s = self.settings
         x_rec, z, cz = self(x, training=True)
         terms = {

@@ -60,7 +60,8 @@ RUNTIME_BYTES = 800 * 2**20
 # TensorFlow's switch for its pooling (BFC) allocator on the CPU; read when TF starts.
 BFC_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
 # The BFC pool over fine-tuning's estimate below, from one measurement: MNIST-10k end to end
-# peaked at 5.17 GiB with the pool (estimate 5.3 GiB), 3.81 GiB without (session 18).
+# peaked at 5.17 GiB with the pool (estimate then 5.3 GiB, now 5.5), 3.81 GiB without (session
+# 18).
 BFC_POOL_FACTOR = 1.1
 
 
@@ -83,13 +84,16 @@ def _training_bytes_per_image(arch: Architecture) -> float:
 
 def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.36-3.89 GiB in session
-    20, during fine-tuning; estimate 3.82).
+    20, during fine-tuning; estimate 3.97).
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
     of the self-expression term (n²), the entropy's gradient (n², recomputed from C in the
     backward pass, see losses.entropy) and their sum exist, less what the allocator reuses
     (about 2.5 n² float32 in all), plus the auto-encoder's activations, their gradients and the
-    convolutions' work buffers (about 3.5 × the activations of one forward pass).
+    convolutions' work buffers (about 3.5 × the activations of one forward pass), plus Z, C·Z,
+    their difference, their gradients and the products' outputs (about 8 n × p float32, p the
+    code's size: session 46 measured COIL20's step, p = 3840 > n, 10 % over the estimate
+    without them).
     Post-clustering (postcluster's fast route; ``run`` has dropped the model) then holds C and
     the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
     n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB). Plus the
@@ -97,7 +101,8 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     ``BFC_POOL_FACTOR`` × its estimate, stays resident during post-clustering: the two add up.
     """
     n = int(n_samples)
-    train = 4 * 5.5 * n * n + n * _training_bytes_per_image(arch)
+    (h, w), c = encoder_sizes(arch)[-1], arch.channels[-1]
+    train = 4 * 5.5 * n * n + n * _training_bytes_per_image(arch) + 4 * 8 * n * h * w * c
     post = 4 * n * n + 8 * n * n + 16 * n * min(int(rank), n) + 64 * 2**20
     if bfc_allocator():
         return int(BFC_POOL_FACTOR * train + post + RUNTIME_BYTES)
@@ -226,6 +231,10 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
 def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, backup_dir=None,
               checkpoint_every=None, jit_compile=False, callbacks=()):
     """Fine-tune auto-encoder + C on the whole of ``x``. Returns (model, history, seconds)."""
+    if jit_compile and settings.regularizer == "nuclear":
+        raise MescError("--jit with the nuclear-norm regulariser: XLA compiles its SVD into a "
+                        "loop hundreds of times slower on the CPU (its value and gradient for a "
+                        "216×216 C: 10 s against 0.02 s); run without --jit")
     from mesc_tf.model import MESCNet
     import tensorflow as tf
 

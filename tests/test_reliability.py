@@ -29,7 +29,7 @@ import pytest
 import scipy.io
 
 from mesc_tf import cli
-from mesc_tf.config import get_config
+from mesc_tf.config import Architecture, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.files import size_text
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
@@ -288,6 +288,29 @@ def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
         monkeypatch.setenv(pipeline.BFC_ENV, value)
         assert pipeline.bfc_allocator()
         assert 5.1 < pipeline.memory_estimate(10000, arch) / 2**30 < 5.5
+
+
+def test_memory_estimate_counts_the_codes():
+    """Z, C·Z and their gradients are n × p: COIL20's codes (p = 3840 > n) took 10 % more
+    than an estimate without them (session 46). Each channel more of the code adds 8 n × h'w'
+    float32."""
+    from mesc_tf import pipeline
+
+    arch = get_config("coil20").arch
+    wider = Architecture(arch.image_shape, arch.kernels, (arch.channels[0] + 1,))
+    extra = pipeline.memory_estimate(1440, wider) - pipeline.memory_estimate(1440, arch)
+    per_image_activations = 4 * 3.5 * 2 * 16 * 16  # the latent layer, encoder and decoder
+    assert extra == pytest.approx(1440 * (4 * 8 * 16 * 16 + per_image_activations), abs=8)
+
+
+def test_jit_with_the_nuclear_norm_is_refused():
+    """XLA compiles the SVD into a loop hundreds of times slower on the CPU."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import Settings
+
+    with pytest.raises(MescError, match="--jit with the nuclear-norm regulariser.*without --jit"):
+        pipeline.fine_tune(np.zeros((4, 32, 32, 1), np.float32), Settings(regularizer="nuclear"),
+                           None, jit_compile=True)
 
 
 def test_subprocess_errors_have_no_traceback(files, tmp_path):
