@@ -115,18 +115,18 @@ def autoencoder_source(name):
 
 
 def load_or_random(name, seed=0):
-    """The real dataset if its files are found, else random images of the right shape."""
+    """The real dataset if its files are found, else random images of the right shape (a file
+    that is there but bad is an error)."""
     import numpy as np
 
     from mesc_tf import data
     from mesc_tf.config import get_config
-    from mesc_tf.errors import MescError
 
     cfg = get_config(name)
     try:
         ds = data.load_dataset(name)
         return ds.x, ds.y, "real"
-    except MescError:
+    except data.MissingDataError:
         rng = np.random.default_rng(seed)
         x = rng.uniform(0, 255, (cfg.n_samples, *cfg.arch.image_shape, 1)).astype(np.float32)
         y = np.arange(cfg.n_samples) % cfg.n_clusters + 1
@@ -446,10 +446,21 @@ def main(argv=None):
           f"on {os.cpu_count()} CPUs")
     if args.json:
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
+    failed = [r["dataset"] for r in report["results"] if "error" in r]
+    if report.get("end_to_end", {}).get("exit_status", 0) != 0:
+        failed.append("end to end")
+    if failed:
+        CLEANUP.clear()  # the report holds the other figures and the failures
+        from mesc_tf.errors import MescError
+
+        raise MescError(f"{len(failed)} benchmark(s) failed ({', '.join(failed)}); their errors "
+                        "are printed above" + (f", the other figures are in {args.json}"
+                                               if args.json else ""))
     return 0
 
 
 if __name__ == "__main__":
     from mesc_tf import cli
 
-    cli.main_guard(main, CLEANUP)
+    cli.main_guard(main, CLEANUP, interrupted=lambda: "interrupted; only the figures printed "
+                   "above were kept (--json is written at the end)")

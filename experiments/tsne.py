@@ -39,8 +39,8 @@ def parse_args(argv=None):
         args.tsne_samples = 5000
     if args.tsne_samples is not None and args.tsne_samples < 5:
         p.error("--tsne-samples must be >= 5")
-    if args.perplexity <= 0:
-        p.error("--perplexity must be > 0")
+    if not 0 < args.perplexity < float("inf"):
+        p.error("--perplexity must be a finite number > 0")
     return args
 
 

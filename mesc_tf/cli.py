@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS, check_seed
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, one_line
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -24,7 +24,7 @@ class ArgumentParser(argparse.ArgumentParser):
     an empty path, which would otherwise mean the current folder or the default file."""
 
     PATH_OPTIONS = ("out", "weights", "tf1_checkpoint", "save_coef", "init", "tensorboard",
-                    "data_dir", "coef_cache")
+                    "data_dir", "coef_cache", "json")
 
     def error(self, message):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
@@ -290,6 +290,10 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
         sys.exit(143 if isinstance(e, Terminated) else 130)
     except Exception as e:  # out of memory, in TF or (killed by the system) in a worker
         _remove(cleanup)
+        if isinstance(e, MemoryError):  # NumPy's, for an array too large for the machine
+            sys.stderr.write(f"error: out of memory ({one_line(e)}); use a smaller problem or a "
+                             "machine with more memory\n")
+            sys.exit(2)
         if type(e).__name__ == "ResourceExhaustedError":
             sys.stderr.write("error: out of memory while training; use a smaller problem or a "
                              "machine with more memory\n")

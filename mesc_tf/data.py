@@ -72,6 +72,10 @@ def find_data_dir(data_dir=None) -> Path:
     return _choose_data_dir(data_dir)[0]
 
 
+class MissingDataError(MescError):
+    """A dataset's file is not in the data folder (as opposed to a file that is there but bad)."""
+
+
 @dataclass(frozen=True)
 class _Root:
     path: Path
@@ -85,7 +89,7 @@ class _Root:
         looked = " or ".join(str(self.path / n) for n in names)
         gone = ("" if self.path.is_dir() else ", which is a file, not a folder"
                 if self.path.exists() else ", which does not exist")
-        raise MescError(
+        raise MissingDataError(
             f"{dataset} data file not found: looked for {looked} (data folder {self.how}{gone}); "
             f"{_HOW_TO_GET}"
         )

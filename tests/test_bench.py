@@ -39,6 +39,28 @@ def test_bench_writes_its_figures(tmp_path):
     assert "orl" in proc.stdout and "ours ms off/on" in proc.stdout  # the printed table
 
 
+def test_bench_fails_loudly_on_a_bad_data_file(tmp_path):
+    """Random images stand in only for a data file that is not there: a damaged one stops
+    that dataset's benchmark, and the run ends with exit status 2 and one line naming it (the
+    report, with the failure in it, is still written)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "ORL_32x32.mat").write_bytes(b"not a MATLAB file")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--datasets", "orl",
+         "--warmup", "0", "--repeats", "1", "--jit", "off", "--post", "fast", "--no-original",
+         "--json", str(out)],
+        cwd=REPO, env={**os.environ, "MESC_DATA_DIR": str(tmp_path / "data")},
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "cannot read" in errors[0] and "ORL_32x32.mat" in errors[0]
+    assert errors[-1].startswith("error: 1 benchmark(s) failed (orl)") and str(out) in errors[-1]
+    assert "Traceback" not in proc.stderr
+    (res,) = json.loads(out.read_text())["results"]
+    assert res == {"dataset": "orl", "error": "exit status 2"}
+
+
 def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monkeypatch):
     """benchmarks/spectral_routes.py on a small block C with the large-n routes forced: both
     routes give the same labels, the figures are written, and the module is left as it was."""

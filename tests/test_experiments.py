@@ -234,6 +234,8 @@ def test_confusion_counts():
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
     ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples must be 2 or more"),
     ("faithfulness", ["--dataset", "orl", "--thr", "0.1"], "unrecognized arguments: --thr"),
+    ("tsne", ["--perplexity", "nan"], "--perplexity must be a finite number > 0"),
+    ("faithfulness", ["--dataset", "orl", "--json", ""], "--json is empty"),
 ])
 def test_bad_options_one_line(script, args, message):
     r = subprocess.run([sys.executable, str(REPO / "experiments" / f"{script}.py"), *args],

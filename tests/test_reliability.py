@@ -387,6 +387,12 @@ def test_main_guard_cleanup(tmp_path, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and not plain.exists()
     assert err.startswith("error: a --jobs worker process was killed") and "fewer --jobs" in err
+    # NumPy's MemoryError (an array too large for the machine): one line, exit 2.
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(fail(MemoryError("Unable to allocate 763. GiB for an array")))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: out of memory (MemoryError: Unable to allocate 763. GiB")
 
 
 def test_cleanup_keeps_parent_folders_another_run_uses(tmp_path):
