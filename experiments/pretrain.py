@@ -164,7 +164,8 @@ def main(argv=None, cleanup=None):
             raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
                             f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
                             "pass --force without --resume to start over")
-        step = read_backup_state(ckpt)["epoch"]
+        before = read_backup_state(ckpt)  # the steps kept and their seconds
+        step = before["epoch"]
         if step > schedule.max_steps:
             raise MescError(f"the checkpoint {ckpt} is at step {step}, past --max-steps "
                             f"{schedule.max_steps}; resume with --max-steps {step} or more")
@@ -183,6 +184,7 @@ def main(argv=None, cleanup=None):
         schedule = schedule.replace(**{k: recorded[k] for k in ("lr", "initializer")
                                        if recorded[k] is not None})
     else:
+        before = None
         seed = args.seed or 0
         requested = args.batch_size if args.batch_size is not None else schedule.batch_size
         batch_size = pipeline.pretrain_batch_size(len(ds.x), cfg.arch, requested)
@@ -199,15 +201,14 @@ def main(argv=None, cleanup=None):
             ckpt.mkdir(parents=True, exist_ok=True)
             run_file.write_text(json.dumps(recorded))
     schedule = dataclasses.replace(schedule, batch_size=batch_size or len(ds.x))  # as decided
-    from mesc_tf.training import (  # TensorFlow: only once the input is checked
-        configure_runtime, resumed_epoch, resumed_seconds)
+    from mesc_tf.training import configure_runtime  # TensorFlow: once the input is checked
     from mesc_tf.weights import load_autoencoder, save_autoencoder
 
     configure_runtime(seed)
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
           f"{schedule}")
-    resumed_at = resumed_epoch(ckpt) if args.resume else None
-    earlier_s = resumed_seconds(ckpt) if args.resume else 0.0  # the steps kept from before
+    resumed_at = before["epoch"] if before else None
+    earlier_s = before["seconds"] if before else 0.0  # the steps kept from before
     start = time.perf_counter()
     init, init_meta = load_autoencoder(args.init, cfg.arch) if args.init else (None, None)
     ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,

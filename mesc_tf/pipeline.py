@@ -233,8 +233,7 @@ def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, ba
     """Fine-tune auto-encoder + C on the whole of ``x``. Returns (model, history, seconds)."""
     if jit_compile and settings.regularizer == "nuclear":
         raise MescError("--jit with the nuclear-norm regulariser: XLA compiles its SVD into a "
-                        "loop hundreds of times slower on the CPU (its value and gradient for a "
-                        "216×216 C: 10 s against 0.02 s); run without --jit")
+                        "loop hundreds of times slower on the CPU; run without --jit")
     from mesc_tf.model import MESCNet
     import tensorflow as tf
 

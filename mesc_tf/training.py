@@ -320,19 +320,6 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._started = time.perf_counter()
 
 
-def resumed_epoch(backup_dir):
-    """The epoch a backup in ``backup_dir`` resumes from (0 if none)."""
-    has = (Path(backup_dir) / "state.json").exists()
-    return read_backup_state(backup_dir)["epoch"] if has else 0
-
-
-def resumed_seconds(backup_dir) -> float:
-    """Training seconds the steps in a backup took, in the processes that ran them (0 if none
-    or not recorded)."""
-    has = (Path(backup_dir) / "state.json").exists()
-    return read_backup_state(backup_dir)["seconds"] if has else 0.0
-
-
 def _fsync(path):
     """Flush a finished file to disk before it is renamed into place."""
     with open(path, "rb+") as f:

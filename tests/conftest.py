@@ -1,7 +1,9 @@
-"""Shared test fixtures: where the shared data and the authors' TF1 checkpoints live, and a
-seeded, deterministic TF runtime for the tests that train."""
+"""Shared test fixtures: where the shared data and the authors' TF1 checkpoints live, a
+seeded, deterministic TF runtime for the tests that train, and the README's examples run as
+written."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,24 @@ def shared_dir() -> Path:
 @pytest.fixture(scope="session")
 def shared_data(shared_dir) -> Path:
     return _existing(shared_dir / "data", "shared data folder")
+
+
+@pytest.fixture
+def readme_example(shared_data, monkeypatch):
+    """``run(marker)``: runs the first python block after ``marker`` in README.md as written,
+    from the repository root with the shared data, and returns (its code, its namespace)."""
+    repo = Path(__file__).resolve().parents[1]
+
+    def run(marker):
+        monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+        monkeypatch.chdir(repo)  # the examples load pretrained/*.h5
+        text = (repo / "README.md").read_text()
+        code = re.search(r"```python\n(.*?)```", text[text.index(marker):], re.S)[1]
+        scope = {}
+        exec(compile(code, "README.md", "exec"), scope)
+        return code, scope
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -392,18 +392,13 @@ def test_same_results_as_run_py_on_toy(shared_data, tmp_path, monkeypatch, capsy
     np.testing.assert_array_equal(labels, result["labels"])
 
 
-def test_readme_estimator_example_prints_what_it_says(shared_data, monkeypatch, capsys):
+def test_readme_estimator_example_prints_what_it_says(readme_example, capsys):
     """The README's estimator example runs as written and prints the accuracy its comment
     states (the run is deterministic on CPU)."""
     import re
 
-    repo = Path(__file__).resolve().parents[1]
-    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
-    monkeypatch.chdir(repo)  # it loads pretrained/toy.h5
-    text = (repo / "README.md").read_text()
-    code = re.search(r"```python\n(.*?)```", text[text.index("## Your own images"):], re.S)[1]
     capsys.readouterr()
-    exec(compile(code, "README.md", "exec"), {})
+    code, _ = readme_example("## Your own images")
     printed = capsys.readouterr().out.splitlines()
     assert printed[1] == "(216, 216) (216, 3840)"
     claimed = re.search(r"# (0\.\d+) with these settings and seed 0", code)[1]

@@ -29,7 +29,7 @@ import pytest
 import scipy.io
 
 from mesc_tf import cli
-from mesc_tf.config import Architecture, get_config
+from mesc_tf.config import get_config
 from mesc_tf.errors import MescError
 from mesc_tf.files import size_text
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
@@ -290,17 +290,13 @@ def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
         assert 5.1 < pipeline.memory_estimate(10000, arch) / 2**30 < 5.5
 
 
-def test_memory_estimate_counts_the_codes():
-    """Z, C·Z and their gradients are n × p: COIL20's codes (p = 3840 > n) took 10 % more
-    than an estimate without them (session 46). Each channel more of the code adds 8 n × h'w'
-    float32."""
+def test_memory_estimate_covers_a_measured_peak():
+    """COIL20, whose codes (p = 3840) outnumber its images: `/usr/bin/time -v python
+    experiments/run.py --dataset coil20 --epochs 5 --quiet --out DIR` peaked at 1110 MiB
+    (session 46), over the 1011 MiB estimated before the n × p terms were counted."""
     from mesc_tf import pipeline
 
-    arch = get_config("coil20").arch
-    wider = Architecture(arch.image_shape, arch.kernels, (arch.channels[0] + 1,))
-    extra = pipeline.memory_estimate(1440, wider) - pipeline.memory_estimate(1440, arch)
-    per_image_activations = 4 * 3.5 * 2 * 16 * 16  # the latent layer, encoder and decoder
-    assert extra == pytest.approx(1440 * (4 * 8 * 16 * 16 + per_image_activations), abs=8)
+    assert pipeline.memory_estimate(1440, get_config("coil20").arch) >= 1110 * 2**20
 
 
 def test_jit_with_the_nuclear_norm_is_refused():

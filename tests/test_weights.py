@@ -255,17 +255,8 @@ def test_tf1_checkpoint_missing_tensors(tmp_path):
     expect_error("lacks tensors", load_tf1_checkpoint, prefix, Architecture((32, 32), (3,), (3,)))
 
 
-def test_readme_h5_example_runs_as_written(shared_data, monkeypatch):
+def test_readme_h5_example_runs_as_written(readme_example):
     """The README's saved-auto-encoder example, as written, gives the shapes its comments say."""
-    import re
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
-    monkeypatch.chdir(repo)  # it loads pretrained/orl.h5
-    text = (repo / "README.md").read_text()
-    code = re.search(r"```python\n(.*?)```", text[text.index("Saved auto-encoders are"):], re.S)[1]
-    scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    code, scope = readme_example("Saved auto-encoders are")
     assert "float32 (400, 32, 32, 1)" in code and scope["images"].shape == (400, 32, 32, 1)
     assert "(400, 4, 4, 5)" in code and tuple(scope["z"].shape) == (400, 4, 4, 5)
