@@ -376,7 +376,8 @@ def parse_args(argv=None):
     if args.e2e_epochs is not None and not args.e2e:
         p.error("--e2e-epochs needs --e2e (the end-to-end run it sets)")
     if args.coef is not None and not Path(args.coef).is_dir():
-        p.error(f"--coef {args.coef}: no such folder; give the folder of the saved C's "
+        why = "a file, not a folder" if Path(args.coef).exists() else "no such folder"
+        p.error(f"--coef {args.coef}: {why}; give the folder of the saved C's "
                 "(<dataset>.npy, from experiments/run.py --save-coef)")
     return args
 

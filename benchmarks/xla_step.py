@@ -99,6 +99,7 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
 
     from mesc_tf import pipeline
     from mesc_tf.config import get_config
+    from mesc_tf.files import atomic_file, atomic_write_text
     from mesc_tf.model import MESCNet
     from mesc_tf.training import adam, configure_runtime
 
@@ -114,9 +115,13 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     model.optimizer.build(model.trainable_variables)
     step = tf.function(model.train_step, jit_compile=True)  # what fit compiles per step
 
+    # `time` takes a dataset as exported once its .json exists: that file goes first and comes
+    # back last, so an interrupted export never pairs new files with an old .json.
+    (out / f"{name}.json").unlink(missing_ok=True)
     concrete = step.get_concrete_function(x)
     module_pb = step.experimental_get_compiler_ir(x)(stage="hlo_serialized")
-    (out / f"{name}.hlo.pb").write_bytes(module_pb)
+    with atomic_file(out / f"{name}.hlo.pb", "wb") as f:
+        f.write(module_pb)
 
     # The program's parameters: the images, then the captured variables in capture order.
     def handle(v):
@@ -128,7 +133,8 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     params = [_param_spec("x", x.numpy(), arrays)]
     params += [_param_spec(v.path, np.asarray(v.numpy()), arrays) for v in captured]
     coef_param = next(i for i, p in enumerate(params) if p["name"].endswith("self_expression/coef"))
-    np.savez_compressed(out / f"{name}.npz", **arrays)
+    with atomic_file(out / f"{name}.npz", "wb") as f:
+        np.savez_compressed(f, **arrays)
 
     terms = sorted(concrete.structured_outputs)  # its first outputs: tf.nest sorts dict keys
     losses = []
@@ -136,7 +142,8 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
         values = step(x)
         losses.append([float(values[k]) for k in terms])
     rows = min(int(x.shape[0]), REF_VALUES // int(x.shape[0]))
-    np.savez_compressed(out / f"{name}.ref.npz", coef=model.coef.numpy()[:rows])
+    with atomic_file(out / f"{name}.ref.npz", "wb") as f:
+        np.savez_compressed(f, coef=model.coef.numpy()[:rows])
     facts = _program_facts(module_pb)
     aliases = facts.pop("aliases")
     coef_output = next(o for o, p in aliases.items() if p == coef_param)
@@ -147,13 +154,14 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
         "terms": terms, "coef_output": coef_output, "steps": steps, "tf_losses": losses,
         "tf_coef_rows": rows, **facts,
     }
-    (out / f"{name}.json").write_text(json.dumps(meta, indent=1))
+    atomic_write_text(out / f"{name}.json", json.dumps(meta, indent=1))
     return meta
 
 
 def export(args):
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from mesc_tf.cli import writable_dir
+
+    out = writable_dir(args.out, "--out")
     for name in args.datasets:
         t = time.perf_counter()
         meta = export_one(name, out, args.steps, args.seed)
@@ -296,6 +304,8 @@ def time_one(directory: Path, name: str, device, warmup: int, repeats: int) -> d
 def time_all(args):
     import jax
 
+    from mesc_tf.files import atomic_write_text
+
     jax.config.update("jax_enable_x64", True)  # Keras' step counter is int64
     device = jax.devices()[0]
     report = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
@@ -311,7 +321,7 @@ def time_all(args):
               f"repeatable {r['bitwise_repeatable']}  "
               f"peak {(r['peak_device_bytes'] or 0) / 2**30:.2f} GiB", flush=True)
         if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1))
+            atomic_write_text(args.json, json.dumps(report, indent=1))
 
 
 def parse_args(argv=None):

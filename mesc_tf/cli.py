@@ -130,6 +130,13 @@ def _missing_parents(path):
     return [IfEmpty(p) for p in Path(path).parents if not p.exists()]
 
 
+def _cause(folder, e: OSError) -> str:
+    """Why ``folder`` could not be made or written into: the file standing where it or a
+    parent should be (the OS says "File exists" or "Not a directory"), else the OS's reason."""
+    first = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    return f"{first} is a file" if first is not None and not first.is_dir() else e.strerror
+
+
 def writable_dir(out, option="--out DIR") -> Path:
     """``out``, created if missing and checked by writing a file into it; a MescError that
     names it and ``option`` otherwise (before a long run, not after)."""
@@ -140,7 +147,7 @@ def writable_dir(out, option="--out DIR") -> Path:
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        why = "it is a file" if out.is_file() else e.strerror
+        why = "it is a file" if out.is_file() else _cause(out, e)
         raise MescError(f"output directory {out} is not writable ({why}); "
                         f"pass a writable {option}") from None
     return out
@@ -166,8 +173,8 @@ def prepare_out_file(path, *, force=False, what="output file"):
         os.remove(probe)
     except OSError as e:
         _remove(made)
-        raise MescError(f"cannot write {what} {path} ({e.strerror}); give a path in a writable "
-                        "folder") from None
+        raise MescError(f"cannot write {what} {path} ({_cause(path.parent, e)}); give a path in a "
+                        "writable folder") from None
     return made
 
 

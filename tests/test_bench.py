@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,11 +144,15 @@ def test_spectral_sklearn_prints_both_routes_per_variant(capsys):
         assert line.endswith("ACC per seed 1.00 1.00 1.00"), line
 
 
-def test_bench_bad_options_are_one_line():
+def test_bench_bad_options_are_one_line(tmp_path):
+    a_file = tmp_path / "orl.npy"
+    a_file.write_bytes(b"")
     for argv, needle in ((["--datasets", "foo"], "choose from"), (["--repeats", "0"], ">= 1"),
                          (["--seed", "-1"], "from 0 to"), (["--warmup", "-2"], ">= 0"),
                          (["--e2e-epochs", "3"], "needs --e2e"),
-                         (["--coef", "/nonexistent/coefs"], "no such folder")):
+                         (["--coef", "/nonexistent/coefs"], "no such folder"),
+                         (["--coef", str(a_file)], "a file, not a folder"),
+                         (["--json", str(a_file / "b.json")], f"({a_file} is a file)")):
         proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), *argv],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (argv, proc.stderr)
@@ -230,6 +235,29 @@ def test_xla_step_export_matches_the_program(tmp_path):
     assert ref.shape == (meta["tf_coef_rows"], 400) and not np.all(ref == params[coef]["fill"])
 
 
+def test_xla_step_interrupted_export_leaves_no_stale_set(tmp_path, monkeypatch):
+    """An export stopped half-way leaves no temporary files, and no .json (the mark `time`
+    reads as "exported") beside a half-written set, even where an older export left one."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.setenv("MESC_DATA_DIR", str(tmp_path / "no-data"))
+    spec = importlib.util.spec_from_file_location("xla_step", REPO / "benchmarks" / "xla_step.py")
+    xla_step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(xla_step)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "orl.json").write_text("{}")  # an older export's
+
+    def interrupted(_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(xla_step, "_program_facts", interrupted)  # after the arrays, before .json
+    with pytest.raises(KeyboardInterrupt):
+        xla_step.export_one("orl", out, 1, 0)
+    assert sorted(f.name for f in out.iterdir()) == ["orl.hlo.pb", "orl.npz", "orl.ref.npz"]
+
+
 def test_xla_step_bad_options_are_one_line(tmp_path):
     script = str(REPO / "benchmarks" / "xla_step.py")
     a_file = tmp_path / "a_file"
@@ -239,7 +267,7 @@ def test_xla_step_bad_options_are_one_line(tmp_path):
                          (["export", "--out", str(tmp_path), "--steps", "0"], ">= 1"),
                          (["time", "--dir", str(tmp_path)], "no exported program"),
                          (["time", "--dir", str(tmp_path), "--warmup", "-1"], ">= 0"),
-                         (["export", "--out", str(a_file / "sub")], "Not a directory")):
+                         (["export", "--out", str(a_file / "sub")], f"({a_file} is a file)")):
         proc = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, (argv, proc.stderr)
