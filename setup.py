@@ -18,6 +18,7 @@ setup(
         "h5py",
         "matplotlib",
         "joblib",
+        "threadpoolctl",  # BLAS thread limits (it comes with scikit-learn)
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},
 )

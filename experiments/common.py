@@ -261,21 +261,13 @@ class Data:
         return int(len(self.x))
 
 
-class DataMissing(MescError):
-    """A dataset's files are not in the data folder."""
-
-
 def load_data(name: str, args) -> Data:
     """A dataset, optionally cut to its first ``--classes`` classes and ``--per-class`` samples
-    per class (file order kept), labels renumbered 1..K."""
+    per class (file order kept), labels renumbered 1..K. A missing file raises
+    ``data.MissingDataError``."""
     from mesc_tf import data, pipeline
 
-    try:
-        ds = data.load_dataset(name, args.data_dir)
-    except MescError as e:
-        if "data file not found" in str(e):
-            raise DataMissing(str(e)) from None
-        raise
+    ds = data.load_dataset(name, args.data_dir)
     x, y = ds.x, ds.y
     classes, per_class = args.classes, args.per_class
     if classes is not None or per_class is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
+from mesc_tf.data import MissingDataError  # noqa: E402
 
 NAME = "convergence"
 TERMS = (("loss", "total loss"), ("recon", r"reconstruction $\Sigma(x_r-x)^2$"),
@@ -144,7 +145,7 @@ def main(argv=None):
     for name in args.datasets:
         try:
             d = common.load_data(name, args)
-        except common.DataMissing as e:
+        except MissingDataError as e:
             print(f"{name}: skipped ({e})")
             skipped[name] = str(e)
             continue

@@ -160,7 +160,7 @@ def main(argv=None, cleanup=None):
                             "to start over") from None
         # The same command with --resume carries on; an option that contradicts the checkpoint
         # (it restores the weights, and the learning rate they had reached) is refused.
-        if recorded["dataset"] not in (None, args.dataset):  # None: not recorded before s46
+        if recorded["dataset"] not in (None, args.dataset):  # None: an older run.json
             raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
                             f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
                             "pass --force without --resume to start over")

@@ -7,7 +7,7 @@ The public entry points: :class:`MESCClustering` (the scikit-learn estimator),
 scikit-learn when MESCClustering is first asked for, so the command-line scripts start fast.
 
 Importing the package sets two process-wide memory options before TensorFlow allocates
-anything (issue 6: MNIST-10k end to end in ≤ 4 GB; each is skipped if already set):
+anything (so that MNIST-10k runs end to end in ≤ 4 GB; each is skipped if already set):
 
 * ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: oneDNN builds of TensorFlow (the Linux x86 wheels)
   otherwise keep every freed CPU tensor in a pool that never shrinks, so the n×n

@@ -18,6 +18,7 @@ Subspace clustering is transductive: it clusters the images it is fitted on and 
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 import time
@@ -28,14 +29,11 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from mesc_tf.config import Architecture, Pretrain, Settings, check_post_method, check_seed
+from mesc_tf.config import (Architecture, Pretrain, Settings, check_post_method, check_seed,
+                            get_config)
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError, one_line
 
-# The architecture of USPS (16x16), MNIST (28x28) and EYaleB (48x42).
-DEEP_KERNELS, DEEP_CHANNELS = (5, 3, 3), (10, 20, 30)
-# The one-layer architecture of COIL20 and the toy set, for images smaller than 16 pixels.
-SHALLOW_KERNELS, SHALLOW_CHANNELS = (3,), (15,)
 _PICKLED_AE = "__mesc_tf_autoencoder__"
 
 
@@ -48,9 +46,8 @@ def default_architecture(image_shape) -> Architecture:
     COIL20: kernel 3, 15 channels (h/2 × w/2 × 15).
     """
     h, w = (int(s) for s in image_shape)
-    if min(h, w) >= 16:
-        return Architecture((h, w), DEEP_KERNELS, DEEP_CHANNELS)
-    return Architecture((h, w), SHALLOW_KERNELS, SHALLOW_CHANNELS)
+    arch = get_config("mnist" if min(h, w) >= 16 else "coil20").arch
+    return dataclasses.replace(arch, image_shape=(h, w))
 
 
 class MESCClustering(ClusterMixin, BaseEstimator):
@@ -378,11 +375,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     def __setstate__(self, state):
         ae = state.get("encoder_")
         if isinstance(ae, dict) and ae.get(_PICKLED_AE):
-            from mesc_tf.model import ConvAutoEncoder
-            from mesc_tf.weights import assign_weights
+            from mesc_tf.weights import autoencoder_with
 
-            model = ConvAutoEncoder(Architecture.from_dict(ae["architecture"])).build_for_input()
-            assign_weights(model, ae["weights"], "pickled MESCClustering")
+            model = autoencoder_with(Architecture.from_dict(ae["architecture"]), ae["weights"],
+                                     "pickled MESCClustering")
             state = {**state, "encoder_": model}
         super().__setstate__(state)
 

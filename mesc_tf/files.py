@@ -90,8 +90,8 @@ def atomic_write_text(path, text):
 
 def read_backup_state(backup_dir) -> dict:
     """A backup's state.json, checked: its "weights" file name, "epoch" (int), "seconds"
-    (float: training seconds of the steps in the backup, 0 in backups before session 30) and
-    the rest as saved. A damaged file is one MescError that says to start over."""
+    (float: training seconds of the steps in the backup; 0 where an older backup has no such
+    key) and the rest as saved. A damaged file is one MescError that says to start over."""
     path = Path(backup_dir) / "state.json"
     try:
         state = json.loads(path.read_text())

@@ -139,7 +139,7 @@ class MESCNet(keras.Model):
         return terms
 
     def train_step(self, data):
-        x = data[0] if isinstance(data, (tuple, list)) else data
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             terms = self.compute_terms(x)
         grads = tape.gradient(terms["loss"], self.trainable_variables)
@@ -156,7 +156,7 @@ class MESCNet(keras.Model):
         return terms
 
     def test_step(self, data):
-        x = data[0] if isinstance(data, (tuple, list)) else data
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         return self.compute_terms(x)
 
 
@@ -177,7 +177,7 @@ class PretrainNet(keras.Model):
         return self.autoencoder(x)
 
     def train_step(self, data):
-        x = data[0] if isinstance(data, (tuple, list)) else data
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             recon = losses.reconstruction(x, self(x, training=True), 0.5)
         grads = tape.gradient(recon, self.trainable_variables)

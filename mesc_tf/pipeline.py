@@ -17,13 +17,12 @@ from mesc_tf.errors import MescError
 from mesc_tf.files import size_text
 from mesc_tf.metrics import evaluate
 
-# Where the project's own pretrained auto-encoders live (issue: own pretraining).
-PRETRAINED_DIR = Path(os.environ.get("MESC_PRETRAINED_DIR",
-                                     Path(__file__).resolve().parents[1] / "pretrained"))
-
-
 def pretrained_path(dataset: str) -> Path:
-    return PRETRAINED_DIR / f"{dataset}.h5"
+    """The project's own auto-encoder for ``dataset``, which run.py reads and pretrain.py
+    writes by default: ``$MESC_PRETRAINED_DIR/<dataset>.h5``, else the checkout's pretrained/."""
+    folder = os.environ.get("MESC_PRETRAINED_DIR")
+    folder = Path(folder) if folder else Path(__file__).resolve().parents[1] / "pretrained"
+    return folder / f"{dataset}.h5"
 
 
 def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_checkpoint=None,
@@ -92,8 +91,8 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     (about 2.5 n² float32 in all), plus the auto-encoder's activations, their gradients and the
     convolutions' work buffers (about 3.5 × the activations of one forward pass), plus Z, C·Z,
     their difference, their gradients and the products' outputs (about 8 n × p float32, p the
-    code's size: session 46 measured COIL20's step, p = 3840 > n, 10 % over the estimate
-    without them).
+    code's size; COIL20's measured step, p = 3840 > n, peaked 10 % over the estimate
+    without them: tests/test_reliability.py).
     Post-clustering (postcluster's fast route; ``run`` has dropped the model) then holds C and
     the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
     n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB). Plus the

@@ -80,7 +80,6 @@ default, which does not depend on the load, so neither do the results.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import inspect
 import mmap
@@ -95,6 +94,7 @@ from scipy.sparse.linalg import ArpackError, LinearOperator, aslinearoperator, e
 import sklearn
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from mesc_tf.config import POST_METHODS as METHODS  # noqa: F401  (the routes' names)
 from mesc_tf.config import VARIANTS, check_post_method
@@ -133,8 +133,8 @@ SVD_NCV_FACTOR = 4 / 3
 SVD_GAP_MIN = 1e-6
 # Smallest row norm of U·√σ over the largest. A sample the rank-r subspace (nearly) misses has
 # a row of rounding noise, which step 5 scales to norm 1: its affinities are then arbitrary on
-# every route. 15 trained C's (ORL, COIL20, EYaleB, USPS and MNIST cells of the main table,
-# session 46) give 0.006-0.36; such samples give ~1e-15.
+# every route. 15 trained C's (ORL, COIL20, EYaleB, USPS and MNIST cells of the main table)
+# give 0.006-0.36; such samples give ~1e-15.
 EMBEDDING_NORM_MIN = 1e-6
 # Smallest gap between the K smallest Laplacian eigenvalues for a well-posed spectral step.
 SPECTRAL_GAP_MIN = 1e-6
@@ -154,13 +154,7 @@ _THRC_BLOCK_BYTES = 1 << 24
 
 def _blas_threads(threads):
     """A context limiting BLAS to ``threads`` threads (None: no change)."""
-    if not threads:
-        return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=int(threads), user_api="blas")
+    return threadpool_limits(limits=int(threads) if threads else None, user_api="blas")
 
 
 # NumPy and SciPy each bring their own OpenBLAS, with its own thread pool, and after a call a
@@ -325,10 +319,6 @@ def _thrC_blocks(C, ratio: float):
 
 def _thrc_workers() -> int:
     """Threads for thrC's column blocks: as many as BLAS may use (1 in a --jobs worker)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        return 1
     counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
     return max(1, min(counts)) if counts else 1
 

@@ -33,7 +33,6 @@ Training and clustering are the pipeline's own (``pipeline.get_autoencoder``,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import fcntl
@@ -632,8 +631,7 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
         from threadpoolctl import threadpool_limits
 
         for g in groups:
-            with (threadpool_limits(limits=int(threads), user_api="blas") if threads
-                  else contextlib.nullcontext()):
+            with threadpool_limits(limits=int(threads) if threads else None, user_api="blas"):
                 result = run_group(g, threads=threads, **kwargs)
             yield result
         return

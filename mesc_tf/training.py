@@ -303,7 +303,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                             "--force) to start over") from None
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
-        saved = state.get("callbacks", {})  # none in backups before session 40
+        saved = state.get("callbacks", {})  # older backups have no such key
         try:
             for cb in self.stateful:
                 if type(cb).__name__ in saved:

@@ -148,6 +148,15 @@ def assign_weights(autoencoder, weights, source):
         var.assign(value)
 
 
+def autoencoder_with(arch: Architecture, weights, source):
+    """A built ConvAutoEncoder for ``arch`` holding ``weights`` (checked by assign_weights)."""
+    from mesc_tf.model import ConvAutoEncoder
+
+    ae = ConvAutoEncoder(arch).build_for_input()
+    assign_weights(ae, weights, source)
+    return ae
+
+
 def check_autoencoder_file(path, arch: Architecture | None = None):
     """:func:`read_autoencoder_file`, and its architecture must equal ``arch`` if given.
     h5py only: scripts check a file with it before TensorFlow loads (and logs)."""
@@ -164,12 +173,8 @@ def load_autoencoder(path, arch: Architecture | None = None):
 
     If ``arch`` is given, the file's architecture must equal it. Returns (autoencoder, metadata).
     """
-    from mesc_tf.model import ConvAutoEncoder
-
     file_arch, metadata, weights = check_autoencoder_file(path, arch)
-    ae = ConvAutoEncoder(file_arch).build_for_input()
-    assign_weights(ae, weights, path)
-    return ae, metadata
+    return autoencoder_with(file_arch, weights, path), metadata
 
 
 def read_tf1_checkpoint(prefix, image_shape):
@@ -210,25 +215,18 @@ def read_tf1_checkpoint(prefix, image_shape):
 
 def load_tf1_checkpoint(prefix, arch: Architecture):
     """A ConvAutoEncoder for ``arch`` holding the weights of a TF1 checkpoint."""
-    from mesc_tf.model import ConvAutoEncoder
-
     ckpt_arch, weights = read_tf1_checkpoint(prefix, arch.image_shape)
     if ckpt_arch != arch:
         raise MescError(f"TF1 checkpoint {prefix} is an auto-encoder with kernels "
                         f"{ckpt_arch.kernels} and channels {ckpt_arch.channels}, but this "
                         f"dataset needs {arch.kernels} / {arch.channels}; give a checkpoint made "
                         "for this dataset ('original': the authors')")
-    ae = ConvAutoEncoder(arch).build_for_input()
-    assign_weights(ae, weights, prefix)
-    return ae
+    return autoencoder_with(arch, weights, prefix)
 
 
 def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
     """Convert an original TF1 checkpoint to the project's .h5 format."""
-    from mesc_tf.model import ConvAutoEncoder
-
     arch, weights = read_tf1_checkpoint(prefix, image_shape)
-    ae = ConvAutoEncoder(arch).build_for_input()
-    assign_weights(ae, weights, prefix)
+    ae = autoencoder_with(arch, weights, prefix)
     meta = {"converted_from": str(prefix), **(metadata or {})}
     return save_autoencoder(ae, out_path, meta)

@@ -222,9 +222,7 @@ RUN_CASES = {
 
 @pytest.mark.parametrize("case", list(RUN_CASES))
 def test_run_bad_input(case, files, tmp_path, capsys, monkeypatch):
-    from mesc_tf import pipeline
-
-    monkeypatch.setattr(pipeline, "PRETRAINED_DIR", files["empty"])  # no pretrained/<ds>.h5
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(files["empty"]))  # no pretrained/<ds>.h5
     build, needles = RUN_CASES[case]
     argv = list(build(files))
     out = tmp_path / "new" / "run"  # a failed run removes the parent it made too
