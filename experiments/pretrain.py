@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from mesc_tf import cli  # noqa: E402
-from mesc_tf.config import INITIALIZERS, get_config  # noqa: E402
+from mesc_tf.config import INITIALIZERS, get_config, pretrain_problem  # noqa: E402
 
 
 def scale_arg(text):
@@ -78,16 +78,11 @@ def parse_args(argv=None):
         p.error("--checkpoint-every must be >= 1")
     if args.max_steps == 0 and not args.init:
         p.error("--max-steps 0 trains nothing: give --init H5 to rescale that auto-encoder")
-    inf = float("inf")
-    for name, ok, need in (("lr", lambda v: 0 < v < inf, "a finite number > 0"),
-                           ("max_steps", lambda v: v >= 0, ">= 0"),
-                           ("batch_size", lambda v: v >= 1, ">= 1"),
-                           ("patience", lambda v: v >= 0, ">= 0"),
-                           ("min_delta", lambda v: 0 <= v < inf, "a finite number >= 0"),
-                           ("lr_patience", lambda v: v >= 0, ">= 0"),
-                           ("target", lambda v: 0 <= v < 1, "in [0, 1)")):
+    for name in ("lr", "max_steps", "batch_size", "patience", "min_delta", "lr_patience",
+                 "target"):
         value = getattr(args, name)
-        if value is not None and not ok(value):
+        need = value is not None and pretrain_problem(name, value)
+        if need:
             p.error(f"--{name.replace('_', '-')} must be {need}, got {value}")
     if isinstance(args.activation_scale, tuple):
         n_hidden = 2 * len(get_config(args.dataset).arch.channels) - 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 from dataclasses import dataclass, field
 
@@ -163,6 +164,33 @@ def encoder_sizes(arch: Architecture):
     return sizes
 
 
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _whole_at_least(low):
+    return (lambda v: _whole(v) and v >= low), f"a whole number >= {low}"
+
+
+# What each numeric Pretrain field must be: Pretrain, experiments/pretrain.py and the estimator
+# check their values against this one table (each naming the value as its user knows it).
+PRETRAIN_BOUNDS = {
+    "lr": (lambda v: _real(v) and 0 < v < math.inf, "a finite number > 0"),
+    "max_steps": _whole_at_least(0),
+    "patience": _whole_at_least(0),  # Keras' EarlyStopping: 0 stops at the first non-improvement
+    "min_delta": (lambda v: _real(v) and 0 <= v < math.inf, "a finite number >= 0"),
+    "lr_patience": _whole_at_least(0),  # 0: the rate is never halved
+    "target": (lambda v: v is None or (_real(v) and 0 <= v < 1), "in [0, 1)"),
+    "batch_size": (lambda v: v is None or (_whole(v) and v >= 1), "a whole number >= 1"),
+}
+
+
+def pretrain_problem(name: str, value) -> str | None:
+    """What ``value`` must be for the Pretrain field ``name``; None if it is fine."""
+    ok, need = PRETRAIN_BOUNDS[name]
+    return None if ok(value) else need
+
+
 @dataclass(frozen=True)
 class Pretrain:
     """Auto-encoder pretraining: Adam (full batch by default) on ½Σ(x_r − x)², stopped when
@@ -194,6 +222,10 @@ class Pretrain:
 
     def __post_init__(self):
         _check_choice("initializer", self.initializer, INITIALIZERS)
+        for name in PRETRAIN_BOUNDS:
+            need = pretrain_problem(name, getattr(self, name))
+            if need:
+                raise MescError(f"{_flag(name)} must be {need}, got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> "Pretrain":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

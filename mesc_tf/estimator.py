@@ -30,11 +30,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from mesc_tf.config import (Architecture, Pretrain, Settings, check_post_method, check_seed,
-                            get_config)
+                            get_config, pretrain_problem)
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError, one_line
 
 _PICKLED_AE = "__mesc_tf_autoencoder__"
+# The Pretrain fields the estimator exposes, by their parameter names.
+_PRETRAIN_PARAMS = {"lr": "pretrain_lr", "max_steps": "pretrain_steps",
+                    "patience": "pretrain_patience", "min_delta": "pretrain_min_delta"}
 
 
 def default_architecture(image_shape) -> Architecture:
@@ -191,19 +194,13 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                             "give each one a single number") from None
 
     def _schedule(self) -> Pretrain:
-        s = Pretrain(lr=self.pretrain_lr, max_steps=self.pretrain_steps,
-                     patience=self.pretrain_patience, min_delta=self.pretrain_min_delta)
-        if not (isinstance(s.lr, numbers.Real) and 0 < s.lr < float("inf")):
-            raise MescError(f"pretrain_lr must be a finite number > 0, got {s.lr!r}")
-        if not _is_int(s.max_steps) or s.max_steps < 0:
-            raise MescError(f"pretrain_steps must be a whole number >= 0 (0: no pretraining), "
-                            f"got {s.max_steps!r}")
-        if not _is_int(s.patience) or s.patience < 1:
-            raise MescError(f"pretrain_patience must be a whole number >= 1, got {s.patience!r}")
-        if not (isinstance(s.min_delta, numbers.Real) and 0 <= s.min_delta < float("inf")):
-            raise MescError(f"pretrain_min_delta must be a finite number >= 0, "
-                            f"got {s.min_delta!r}")
-        return s
+        values = {field: getattr(self, param) for field, param in _PRETRAIN_PARAMS.items()}
+        for field, param in _PRETRAIN_PARAMS.items():
+            need = pretrain_problem(field, values[field])
+            if need:
+                zero = " (0: no pretraining)" if field == "max_steps" else ""
+                raise MescError(f"{param} must be {need}{zero}, got {values[field]!r}")
+        return Pretrain(**values)
 
     def _weights(self):
         """``weights`` checked to be None or a path (a bad type reaches h5py otherwise)."""

@@ -3,6 +3,7 @@ loadable .h5; the stopping rules (patience, target error), the initializer optio
 minibatches (when asked for or when memory says so)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -103,6 +104,27 @@ def test_initializer_option(x):
     assert stds["truncated_normal"] == pytest.approx(0.088, rel=0.25)  # 0.1 truncated at 2σ
     with pytest.raises(MescError, match="unknown initializer 'zeros'"):
         Pretrain(initializer="zeros")
+
+
+def test_pretrain_schedule_bounds_are_one_table():
+    """Pretrain, experiments/pretrain.py and the estimator take and refuse the same values
+    (the estimator once refused patience 0, which the command and Keras take)."""
+    from mesc_tf import MESCClustering
+
+    Pretrain(patience=0, lr_patience=0, max_steps=0, min_delta=0.0, target=0.0, batch_size=1)
+    MESCClustering(2, pretrain_patience=0)._schedule()
+    for field, value, need in (("lr", 0.0, "a finite number > 0"),
+                               ("max_steps", 2.5, "a whole number >= 0"),
+                               ("patience", -1, "a whole number >= 0"),
+                               ("min_delta", float("inf"), "a finite number >= 0"),
+                               ("lr_patience", True, "a whole number >= 0"),
+                               ("target", 1.0, "in [0, 1)"),
+                               ("batch_size", 0, "a whole number >= 1")):
+        flag = field.replace("_", "-")
+        with pytest.raises(MescError, match=re.escape(f"{field} (--{flag}) must be {need}")):
+            Pretrain(**{field: value})
+    with pytest.raises(MescError, match="pretrain_patience must be a whole number >= 0, got -1"):
+        MESCClustering(2, pretrain_patience=-1)._schedule()
 
 
 def test_minibatches_take_each_pass_in_a_new_order_and_resume_exactly():
@@ -234,7 +256,7 @@ def test_pretrain_command_checks_the_new_options(capsys):
                          (["--activation-scale", "1,a"], "numbers separated by commas"),
                          (["--activation-scale", "1,2"],
                           "needs one value or 5 (orl has 5 hidden layers), got 2"),
-                         (["--batch-size", "0"], "--batch-size must be >= 1")):
+                         (["--batch-size", "0"], "--batch-size must be a whole number >= 1")):
         with pytest.raises(SystemExit) as e:
             mod.parse_args(["--dataset", "orl", *argv])
         assert e.value.code == 2
