@@ -169,9 +169,10 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     return p
 
 
-def finish_args(p, args, scopes=tuple(METHODS)):
+def finish_args(p, args, scopes=tuple(METHODS), fixed=()):
     """Apply --smoke, check the shared options and resolve the output folder. ``scopes``: the
-    names --set may address (method presets by default)."""
+    names --set may address (method presets by default); ``fixed``: the Settings fields the
+    script sets itself, which --set may not."""
     if args.smoke:
         for k in ("classes", "per_class", "epochs"):
             if getattr(args, k) is None:
@@ -193,7 +194,7 @@ def finish_args(p, args, scopes=tuple(METHODS)):
         p.error(str(e))
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
-    args.overrides = _parse_sets(p, args.set, list(scopes))
+    args.overrides = _parse_sets(p, args.set, list(scopes), fixed)
     if args.redo:
         args.force = True
     if args.out is None:
@@ -203,34 +204,24 @@ def finish_args(p, args, scopes=tuple(METHODS)):
     return args
 
 
-def _parse_sets(p, items, scopes):
-    """--set entries as [(scope or None, field, typed value)]; bad ones end in p.error."""
-    import dataclasses
+def _parse_sets(p, items, scopes, fixed=()):
+    """--set entries as [(scope or None, field, typed value)]; bad ones end in p.error.
+    ``fixed``: the fields the script sets itself (its axes), which --set may not change."""
+    from mesc_tf.sweep import FIELD_TYPES, parse_value
 
-    from mesc_tf.config import Settings
-
-    defaults = Settings()
-    fields = {f.name for f in dataclasses.fields(Settings)}
     out = []
     for item in items:
         key, eq, raw = item.partition("=")
         scope, _, field = key.rpartition(".")
-        if not eq or field not in fields:
+        if not eq or field not in FIELD_TYPES:
             p.error(f"--set {item}: expected [SCOPE.]FIELD=VALUE with FIELD one of "
-                    f"{', '.join(sorted(fields))}")
+                    f"{', '.join(sorted(FIELD_TYPES))}")
+        if field in fixed:
+            p.error(f"--set {item}: this script sets {field} itself; see its own options")
         if scope and scope not in scopes:
             p.error(f"--set {item}: unknown scope {scope!r}; use one of {', '.join(scopes)}")
-        kind = type(getattr(defaults, field))
-        try:
-            value = float(raw) if kind in (int, float) else raw
-        except ValueError:
-            p.error(f"--set {item}: {field} needs a number")
-        if kind is int:
-            if not value.is_integer():  # 1.5, inf, nan
-                p.error(f"--set {item}: {field} needs a whole number")
-            value = int(value)
         try:  # the same checks as the command line's options, before any output exists
-            defaults.replace(**{field: value})
+            value = parse_value(field, raw)
         except MescError as e:
             p.error(f"--set {item}: {e}")
         out.append((scope or None, field, value))
@@ -507,9 +498,10 @@ class Results:
         self.summary_path = self.dir / f"{args.experiment}.json"
         if self.summary_path.exists() and not args.force:
             try:
-                old = json.loads(self.summary_path.read_text()).get("request")
+                old = json.loads(self.summary_path.read_text())
             except (OSError, ValueError):
                 old = None
+            old = old.get("request") if isinstance(old, dict) else None  # else: not ours
             if old != self.request:
                 raise MescError(
                     f"{self.summary_path} was made for another request "
@@ -530,6 +522,8 @@ class Results:
             rec = json.loads(path.read_text())
         except ValueError:
             return None  # unreadable (cannot happen with atomic writes): recompute
+        if not isinstance(rec, dict):
+            return None  # not a record (a file written by something else): recompute
         if rec.get("spec") != _norm(spec):
             raise MescError(f"{path} holds a finished run made with other options "
                             f"({_diff(rec.get('spec'), _norm(spec))}); choose another --out, or "

@@ -117,7 +117,8 @@ def figure(summary, path):
 def markdown(summary, skipped, args):
     lines = ["# Convergence (paper figure: convergence curves)", "",
              "| dataset | images | auto-encoder | steps | first loss | last loss | "
-             "above the first loss in steps 1-5 | steps until within 1% of the final loss | "
+             "above the first loss in steps 2-6 | steps until within 1% of the loss's range "
+             "of the final loss | "
              "ACC (%) | NMI (%) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
@@ -141,19 +142,18 @@ def markdown(summary, skipped, args):
 def main(argv=None):
     args = parse_args(argv)
     results = common.Results(args, common.request_of(args))
-    summary, skipped = {}, {}
+    loaded, skipped = {}, {}
     for name in args.datasets:
         try:
-            d = common.load_data(name, args)
+            loaded[name] = common.load_data(name, args)
         except MissingDataError as e:
             print(f"{name}: skipped ({e})")
             skipped[name] = str(e)
-            continue
-        common.check_sources(args, [name])
-        summary[name] = run_dataset(d, args, results)
-    if not summary:
+    if not loaded:
         raise common.MescError("no dataset could be loaded (all skipped: data not found); "
                                "set --data-dir or MESC_DATA_DIR")
+    common.check_sources(args, list(loaded))  # every auto-encoder before any training
+    summary = {name: run_dataset(d, args, results) for name, d in loaded.items()}
     md = markdown(summary, skipped, args)
     png = figure(summary, results.dir / "convergence.png")
     results.finish({"datasets": summary, "skipped": skipped}, md, [png])

@@ -32,7 +32,8 @@ def parse_args(argv=None):
                    help=f"paper λ1 values (default {' '.join(map(str, LAMBDA1))})")
     p.add_argument("--lambda2", nargs="+", type=float, metavar="L2",
                    help=f"paper λ2 values (default {' '.join(map(str, LAMBDA2))})")
-    args = common.finish_args(p, p.parse_args(argv))
+    # reg1 and reg2 are the grid's axes (4·λ1, 4·λ2): --lambda1/--lambda2 set them.
+    args = common.finish_args(p, p.parse_args(argv), fixed=("reg1", "reg2"))
     smoke = args.smoke
     args.lambda1 = sorted(set(args.lambda1 or (SMOKE_GRID[0] if smoke else LAMBDA1)))
     args.lambda2 = sorted(set(args.lambda2 or (SMOKE_GRID[1] if smoke else LAMBDA2)))

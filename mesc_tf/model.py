@@ -38,7 +38,7 @@ class ConvAutoEncoder(keras.Model):
     def __init__(self, arch: Architecture, kernel_initializer="he_normal", **kwargs):
         super().__init__(**kwargs)
         self.arch = arch
-        if kernel_initializer == "truncated_normal":  # TF1's stddev, not Keras' 0.05
+        if kernel_initializer == "truncated_normal":  # tf.truncated_normal(stddev=0.1), TF1 style
             kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.1)
         conv = dict(strides=2, padding="same", activation="relu",
                     kernel_initializer=kernel_initializer, bias_initializer="zeros")

@@ -65,24 +65,30 @@ assert set(FIELD_TYPES) == set(TRAIN_FIELDS) | set(POST_FIELDS), "Settings field
 # Parsing: grids and seeds
 
 
-def _parse_value(field: str, text: str):
+def parse_value(field: str, text: str):
+    """``text`` as a value of the Settings field ``field``: of its type (whole numbers for its
+    int fields), finite, and one that Settings takes. MescError (one line) otherwise."""
     kind = FIELD_TYPES[field]
     text = text.strip()
     if kind is str:
         if not text:
-            raise MescError(f"grid: empty value for {field}; write e.g. {field}=mesc,dsc")
-        return text
+            raise MescError(f"empty value for {field}")
+        value = text
+    else:
+        try:
+            value = float(text)
+        except ValueError:
+            raise MescError(f"{field} value {text!r} is not a number") from None
+        if not np.isfinite(value):
+            raise MescError(f"{field} value {text!r} must be finite")
+        if kind is int:
+            if value != int(value):
+                raise MescError(f"{field} takes whole numbers, got {text!r}")
+            value = int(value)
     try:
-        value = float(text)
-    except ValueError:
-        raise MescError(f"grid: {field} value {text!r} is not a number; write e.g. "
-                        f"{field}=1,2") from None
-    if not np.isfinite(value):
-        raise MescError(f"grid: {field} value {text!r} must be finite")
-    if kind is int:
-        if value != int(value):
-            raise MescError(f"grid: {field} takes whole numbers, got {text!r}")
-        return int(value)
+        Settings().replace(**{field: value})
+    except MescError as e:
+        raise MescError(f"{field}={value}: {e}") from None
     return value
 
 
@@ -110,12 +116,10 @@ def parse_grid(spec) -> dict[str, list]:
             raise MescError(f"grid: no values for {field}; write e.g. {field}=1,2")
         if any(not v.strip() for v in values.split(",")):
             raise MescError(f"grid: an empty value in {token!r}; write e.g. {field}=1,2")
-        parsed = [_parse_value(field, v) for v in values.split(",")]
-        for value in parsed:  # each value on its own, before any training
-            try:
-                Settings().replace(**{field: value})
-            except MescError as e:
-                raise MescError(f"grid: {field}={value}: {e}") from None
+        try:  # each value on its own, before any training
+            parsed = [parse_value(field, v) for v in values.split(",")]
+        except MescError as e:
+            raise MescError(f"grid: {e}") from None
         grid[field] = list(dict.fromkeys(parsed))
     return grid
 

@@ -226,10 +226,12 @@ def test_confusion_counts():
     ("sensitivity", ["--lambda1", "-1"], "must be >= 0"),
     ("toy_affinity", ["--no-pretrain", "--weights", "x.h5"], "cannot be combined"),
     ("confusion", ["--set", "nope.reg1=1"], "unknown scope"),
-    ("tsne", ["--set", "reg1=abc"], "needs a number"),
-    ("ablation", ["--set", "row1.lr=inf"], "(--lr) must be a finite number > 0"),
-    ("convergence", ["--set", "epochs=1.5"], "needs a whole number"),
-    ("convergence", ["--set", "subspace_dim=inf"], "needs a whole number"),
+    ("tsne", ["--set", "reg1=abc"], "is not a number"),
+    ("ablation", ["--set", "row1.lr=0"], "(--lr) must be a finite number > 0"),
+    ("ablation", ["--set", "row1.lr=inf"], "lr value 'inf' must be finite"),
+    ("convergence", ["--set", "epochs=1.5"], "takes whole numbers"),
+    ("convergence", ["--set", "subspace_dim=inf"], "must be finite"),
+    ("sensitivity", ["--set", "our.reg2=7"], "sets reg2 itself"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
     ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples must be 2 or more"),
@@ -424,6 +426,24 @@ def test_a_refused_record_names_the_settings_that_differ():
     new = {**old, "settings": {**old["settings"], "reg1": 0.5}}
     assert _diff(old, new) == "settings.reg1: 0.49 vs 0.5"
     assert _diff(old, {**new, "seeds": [1]}) == "seeds: [0] vs [1]; settings.reg1: 0.49 vs 0.5"
+
+
+def test_json_that_is_not_ours_is_an_error_line_or_recomputed(tmp_path):
+    """A summary or run record that is valid JSON but not an object: the summary is refused
+    with one line, the record is recomputed (no AttributeError traceback)."""
+    import argparse
+
+    from experiments.common import Results
+    from mesc_tf.errors import MescError
+
+    args = argparse.Namespace(out=str(tmp_path), experiment="sensitivity", force=False,
+                              redo=False)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "orl-a.json").write_text("[1]")
+    assert Results(args, {"datasets": ["orl"]}).get("orl-a", {"dataset": "orl"}) is None
+    (tmp_path / "sensitivity.json").write_text("[]")
+    with pytest.raises(MescError, match="was made for another request"):
+        Results(args, {"datasets": ["orl"]})
 
 
 def test_an_error_before_the_first_run_leaves_no_output_folder(tmp_path):

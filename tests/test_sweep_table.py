@@ -106,7 +106,7 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
                         "--coef-cache", str(blocker / "cache"), "--dry-run"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
-    assert p.stderr.startswith("error: --coef-cache: output directory") and "Not a dir" in p.stderr
+    assert p.stderr.startswith("error: --coef-cache: output directory") and "a-file is a file)" in p.stderr
 
 
 def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
