@@ -349,20 +349,14 @@ def ae_spec(src: dict) -> dict:
 
 def check_sources(args, datasets):
     """Fail early (before any training) if an auto-encoder file is missing."""
-    from mesc_tf import pipeline
-
     for name in datasets:
         src = ae_source(args, name)
-        if src.get("weights") and not Path(src["weights"]).is_file():
-            raise MescError(f"auto-encoder file {src['weights']} (for {name}) not found; give "
-                            "an existing .h5 with --weights")
-        if src.get("tf1_checkpoint") and not Path(f"{src['tf1_checkpoint']}.index").is_file():
-            raise MescError(f"TF1 checkpoint {src['tf1_checkpoint']} (for {name}) not found "
-                            "(no .index file); give the prefix without .index/.data")
-        if src.get("default") and not pipeline.pretrained_path(name).is_file():
-            raise MescError(f"no pretrained auto-encoder at {pipeline.pretrained_path(name)}; "
-                            f"make it with `make pretrain-{name}`, or pass --weights "
-                            f"{name}=PATH, --tf1-checkpoint {name}=PREFIX or --no-pretrain")
+        try:
+            sweep.resolve_autoencoder(name, weights=src.get("weights"),
+                                      tf1_checkpoint=src.get("tf1_checkpoint"),
+                                      no_pretrain=src.get("no_pretrain", False))
+        except MescError as e:
+            raise MescError(f"{name}: {e}") from None
 
 
 def load_autoencoder(name: str, src: dict, seed: int):

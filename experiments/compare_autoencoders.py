@@ -97,7 +97,6 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config
     from mesc_tf.metrics import evaluate
-    from mesc_tf.postcluster import cluster
     from mesc_tf.training import latent_codes, relative_error
     from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
 
@@ -111,8 +110,8 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
         lsr = {"rel_lambda": list(LSR_LAMBDAS), "seeds": list(seeds), "acc": [], "nmi": []}
         for lam in LSR_LAMBDAS:
             coef = closed_form_coef(z, lam)
-            scores = [evaluate(d.y, cluster(coef, d.n_clusters, s.thr, s.subspace_dim, s.power,
-                                            s.variant, seed=seed)) for seed in seeds]
+            scores = [evaluate(d.y, pipeline.cluster(coef, d.n_clusters, s, seed=seed)[0])
+                      for seed in seeds]
             lsr["acc"].append([m["acc"] for m in scores])
             lsr["nmi"].append([m["nmi"] for m in scores])
         out[name] = {"relative_error": relative_error(ae, d.x),
@@ -155,10 +154,8 @@ def render_md(summary) -> str:
              "| ACC original | NMI ours | NMI original | ours ≥ original |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def cell(v):
-        v = 100 * np.asarray(v)
-        spread = f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else ""  # one seed: no spread
-        return f"{np.median(v):.2f} ({v.mean():.2f}{spread})"
+    def cell(v):  # median (mean ± std; one seed: no spread)
+        return f"{100 * np.median(v):.2f} ({common.pm(*common.mean_std(v))})"
 
     for d, s in summary.items():
         e = s["relative_error"]

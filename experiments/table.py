@@ -194,8 +194,8 @@ def _pct(values):
     from mesc_tf import sweep
 
     st = sweep.stats(values)
-    spread = f" ± {100 * st['std']:.2f}" if st["n"] > 1 else ""  # one seed: no spread to show
-    return st, f"{100 * st['mean']:.2f}{spread}", 100 * st["median"]
+    std = st["std"] if st["n"] > 1 else None  # one seed: no spread to show
+    return st, common.pm(st["mean"], std), 100 * st["median"]
 
 
 def render_md(table, invocation) -> str:

@@ -165,8 +165,8 @@ def pretrain_batch_size(n_samples: int, arch: Architecture, requested=None):
         return None
     if room < per_image:
         raise MescError(f"pretraining on {n} images of {arch.image_shape} needs about "
-                        f"{(RUNTIME_BYTES + 4 * n * pixels + per_image) / 2**30:.2f} GiB even one "
-                        f"image per step, but {available_memory() / 2**30:.2f} GiB is available; "
+                        f"{size_text(RUNTIME_BYTES + 4 * n * pixels + per_image)} even one "
+                        f"image per step, but {size_text(available_memory())} is available; "
                         "use a subset of the data or a machine with more memory")
     return int(room // per_image)
 
@@ -273,7 +273,7 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
         post_method=None, **fit_kwargs):
     """Fine-tune, cluster and (if labels ``y`` are given) score. Returns a result dict.
 
-    ``post_method``: the post-clustering route (:data:`mesc_tf.postcluster.METHODS`; default
+    ``post_method``: the post-clustering route (:data:`mesc_tf.config.POST_METHODS`; default
     "fast"). The result's ``postcluster`` dict says which solvers ran, whether the spectral
     step was ill-posed and how many clusters are non-empty (:func:`empty_clusters_note`).
     ``seed`` seeds the spectral clustering only: for repeatable fine-tuning (and no TF32 on a

@@ -13,7 +13,8 @@ given C and seed; the reference route, through svds and sklearn, is not on such 
 Pipeline: ``cluster`` = ``thrC`` → ``affinity`` (pre-treat, truncated SVD, affinity L) →
 ``spectral``. ``post_proC`` is the last two steps, as in the original scripts.
 
-Three methods (``cluster(..., method=...)``; the default, ``METHODS[0]``, is "fast"):
+Three methods (``cluster(..., method=...)``, :data:`mesc_tf.config.POST_METHODS`; the default
+is "fast"):
 
 * ``"reference"``: the definition, as the released scripts run it: dense float64 pre-treatment,
   ``scipy.sparse.linalg.svds`` (ARPACK on CᵀC, v0 of ones), the affinity by the script's
@@ -96,7 +97,6 @@ from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from mesc_tf.config import POST_METHODS as METHODS  # noqa: F401  (the routes' names)
 from mesc_tf.config import VARIANTS, check_post_method
 from mesc_tf.errors import MescError, one_line
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from mesc_tf.config import Settings, check_seed
 from mesc_tf.errors import MescError, one_line
+from mesc_tf.files import size_text
 
 # Fields that change the fine-tuning (and so need their own training) ...
 TRAIN_FIELDS = ("framework", "regularizer", "reg1", "reg2", "lr", "epochs", "coef_init",
@@ -230,7 +231,8 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
     if weights:
         path = Path(weights).expanduser().absolute()
         if not path.is_file():
-            raise MescError(f"auto-encoder weights {path} not found; check --weights")
+            why = "is a folder" if path.is_dir() else "not found"
+            raise MescError(f"auto-encoder file {path} {why}; give an existing .h5 with --weights")
         return AutoencoderSpec("weights", str(path), _sha256([path]))
     if no_pretrain:
         return AutoencoderSpec("none")
@@ -566,11 +568,10 @@ def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) 
             snaps.coefs[s], snaps.seconds[s] = coef, seconds
         return _Trained(snaps, time.perf_counter() - start, 0.0, 0, "read")
     cfg = get_config(dataset)
-    need = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(len(steps) - 1, 0)
+    need = training_memory(n, cfg.arch, len(steps))
     if need > pipeline.available_memory():
         raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
-                        f"{need / 2**30:.1f} GiB; sweep fewer epochs values at once or "
-                        "use --jobs 1")
+                        f"{size_text(need)}; sweep fewer epochs values at once or use --jobs 1")
     configure_runtime(group.init_seed)
     autoencoder = ae.load(cfg.arch, dataset)
     load_s = time.perf_counter() - start
@@ -648,19 +649,26 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
                         for g in groups)
 
 
+def training_memory(n, arch, n_snapshots):
+    """Bytes one training of a group needs: a run's estimate plus 4n² for every snapshot of C
+    (one per epochs value of the group) but one."""
+    from mesc_tf import pipeline
+
+    return pipeline.memory_estimate(n, arch) + 4 * n * n * max(n_snapshots - 1, 0)
+
+
 def memory_check(dataset, n_jobs, n_snapshots):
     """Refuse a parallel run whose workers together would not fit in memory."""
     from mesc_tf import pipeline
     from mesc_tf.config import get_config
 
     cfg = get_config(dataset)
-    n = cfg.n_samples
-    per_job = pipeline.memory_estimate(n, cfg.arch) + 4 * n * n * max(n_snapshots - 1, 0)
+    need = n_jobs * training_memory(cfg.n_samples, cfg.arch, n_snapshots)
     have = pipeline.available_memory()
-    if n_jobs * per_job > have:
-        raise MescError(f"{n_jobs} jobs on {dataset} need about {n_jobs * per_job / 2**30:.1f} "
-                        f"GiB but {have / 2**30:.1f} GiB is available; use fewer --jobs or "
-                        "fewer epochs values")
+    if need > have:
+        raise MescError(f"{n_jobs} jobs on {dataset} need about {size_text(need)} but "
+                        f"{size_text(have)} is available; use fewer --jobs or fewer epochs "
+                        "values")
 
 
 # ---------------------------------------------------------------------------------------------
