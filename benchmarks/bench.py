@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -80,16 +79,6 @@ def _timed_ms(fn, warmup, repeats):
         if i >= warmup:
             times.append(time.perf_counter() - t)
     return _median_ms(times)
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (platform.processor() is empty on Linux)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 def _median_ms(times_s):
@@ -397,15 +386,14 @@ def main(argv=None):
     if args.one:
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
-    from mesc_tf import cli, pipeline
+    from mesc_tf import cli, pipeline, provenance
     from mesc_tf.files import atomic_write_text
 
     if args.json:  # before the long runs, not after
         CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     load_before = os.getloadavg()
     report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "processor": platform.processor() or _cpu_model()},
+              "machine": provenance.machine(),
               "tf_cpu_allocator": "bfc" if pipeline.bfc_allocator() else "default",
               "issue_original": ISSUE, "results": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -431,12 +419,7 @@ def main(argv=None):
             report["results"].append(res)
             print(json.dumps(res), flush=True)
     report["load_average"] = {"before": load_before, "after": os.getloadavg()}
-    import numpy
-    import scipy
-    import tensorflow as tf
-
-    report["versions"] = {"python": platform.python_version(), "tensorflow": tf.__version__,
-                          "numpy": numpy.__version__, "scipy": scipy.__version__}
+    report["versions"] = provenance.versions()
     print()
     print(table(report["results"]))
     if "end_to_end" in report:

@@ -43,7 +43,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import numpy as np  # noqa: E402
 
-from mesc_tf import cli, sweep  # noqa: E402
+from mesc_tf import cli, files, provenance, sweep  # noqa: E402
 from mesc_tf.config import DATASETS, get_config, method_settings  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
 
@@ -528,7 +528,7 @@ class Results:
     def put(self, key: str, spec: dict, result: dict) -> dict:
         rec = {"key": key, "spec": _norm(spec), "result": _norm(result)}
         self.runs.mkdir(parents=True, exist_ok=True)
-        cli.write_json(self.path(key), rec)
+        files.write_json(self.path(key), rec)
         self.computed += 1
         return rec
 
@@ -537,10 +537,10 @@ class Results:
         from mesc_tf.files import atomic_write_text
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        cli.write_json(self.summary_path, {
+        files.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,
             "command": " ".join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
-            "versions": cli.versions(), "machine": sweep.machine()})
+            "versions": provenance.versions(), "machine": provenance.machine()})
         md = self.dir / f"{self.args.experiment}.md"
         atomic_write_text(md, markdown)
         print(f"{self.computed} run(s) computed, {self.reused} reused from {self.runs}")

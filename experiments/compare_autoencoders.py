@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/table.py
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, files, provenance  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS  # noqa: E402
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
 
@@ -232,9 +232,9 @@ def main(argv=None):
             diag = autoencoder_diagnostics(d, data_dir, tf1_prefix, args.seeds)
             errors = {k: v.pop("relative_error") for k, v in diag.items()}
         summary[d] = {"relative_error": errors, "codes": diag, "diagnostics_key": key,
-                      "methods": methods, "command": command, "versions": cli.versions()}
+                      "methods": methods, "command": command, "versions": provenance.versions()}
         # Each dataset's diagnostics are kept as soon as they exist.
-        cli.write_json(args.out / "autoencoders.json", summary)
+        files.write_json(args.out / "autoencoders.json", summary)
     atomic_write_text(args.out / "autoencoders.md", render_md(summary))
     print(f"{args.out / 'autoencoders.md'}")
     return summary

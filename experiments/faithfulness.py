@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout too
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, files, provenance  # noqa: E402
 from mesc_tf.config import METHODS  # noqa: E402
 
 
@@ -188,10 +188,10 @@ def main(argv=None, cleanup=None):
               f"graph {figures['against']['released_graph']:.2e}")
     print(f"seconds: port {port_s:.1f}, released graph {graph_s:.1f}")
     if args.json:
-        cli.write_json(args.json, {
+        files.write_json(args.json, {
             "dataset": args.dataset, "n_samples": len(x), "method": args.method,
             "settings": training, "tf1_checkpoint": checkpoint,
-            **figures, "command": " ".join(sys.argv), "versions": cli.versions()})
+            **figures, "command": " ".join(sys.argv), "versions": provenance.versions()})
         print(f"figures: {args.json}")
     return figures
 

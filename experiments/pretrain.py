@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, provenance  # noqa: E402
 from mesc_tf.config import INITIALIZERS, get_config, pretrain_problem  # noqa: E402
 
 
@@ -242,7 +242,7 @@ def main(argv=None, cleanup=None):
         # This process's seconds plus the recorded training time of the steps it resumed.
         "seconds": time.perf_counter() - start + earlier_s,
         "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
-        "versions": cli.versions(),
+        "versions": provenance.versions(),
     }
     save_autoencoder(ae, out, meta)
     if backup is not None:  # the result is safe; its checkpoint would only be stale now

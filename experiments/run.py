@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, files, provenance  # noqa: E402
 from mesc_tf.config import METHODS, POST_METHODS  # noqa: E402
 from mesc_tf.files import read_backup_state  # noqa: E402
 
@@ -117,7 +117,7 @@ def main(argv=None, cleanup=None):
         cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")
     if backup is not None and not args.resume:
         backup.mkdir(parents=True, exist_ok=True)
-        cli.write_json(backup / "run.json", {**_run_identity(args, settings),
+        files.write_json(backup / "run.json", {**_run_identity(args, settings),
                                              "checkpoint_every": args.checkpoint_every})
     print(f"{args.dataset}: {len(ds.x)} images {ds.x.shape[1:3]}, {ds.n_clusters} clusters; "
           f"auto-encoder: {ae_source}")
@@ -128,7 +128,7 @@ def main(argv=None, cleanup=None):
         checkpoint_every=args.checkpoint_every, jit_compile=args.jit,
         post_method=args.post_method)
     if args.save_coef:
-        cli.save_npy(args.save_coef, result["coef"])
+        files.save_npy(args.save_coef, result["coef"])
     m = result["metrics"]
     timings = {"load_s": load_s, **result["timings"]}
     final = {k: float(v[-1]) for k, v in result["history"].items() if len(v)}
@@ -140,14 +140,15 @@ def main(argv=None, cleanup=None):
     note = pipeline.empty_clusters_note(result["postcluster"], ds.n_clusters)
     if note:
         print("note:", note)
-    cli.write_json(out / "results.json", {
+    files.write_json(out / "results.json", {
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
         "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
         "autoencoder": ae_source,
         "resumed_at_step": before["epoch"] if before is not None else None,
         "metrics": m, "timings": timings, "postcluster": result["postcluster"],
         "final_losses": final,
-        "command": " ".join(sys.argv), "versions": cli.versions(),
+        "command": " ".join(sys.argv), "versions": provenance.versions(),
+        "machine": provenance.machine(),  # other CPUs and BLAS kernels round C differently
     })
     print(f"results: {out / 'results.json'}")
     return result

@@ -33,7 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker proces
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, files, provenance  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS  # noqa: E402
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -171,9 +171,9 @@ def make_cell(res, ae, settings, seeds, args):
         "max_epochs": args.max_epochs,
         "jobs": args.jobs,
         "threads_per_job": args.threads_per_job,
-        "machine": sweep.machine(),
+        "machine": provenance.machine(),
         "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-        "versions": cli.versions(),
+        "versions": provenance.versions(),
     }
 
 
@@ -321,7 +321,7 @@ def main(argv=None):
             merged = load_table(json_path)
             for (d, m), cell in ran.items():
                 merged.setdefault(d, {})[m] = cell
-            cli.write_json(json_path, merged)
+            files.write_json(json_path, merged)
             atomic_write_text(md_path, render_md(merged, invocation))
 
     done = 0

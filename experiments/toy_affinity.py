@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
+from mesc_tf import files  # noqa: E402
 
 NAME = "toy_affinity"
 METHODS = ("dsc_l1", "dsc_l2", "dsc_nuclear", "our")
@@ -100,7 +101,7 @@ def run_dataset(name, args, results):
             print(f"  {common.METHODS[method]}: {settings.regularizer}, {settings.framework}")
             t = common.train(d, settings, src, args, args.seeds[0])
             clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds)
-            common.cli.save_npy(results.path(key, ".npy"), t.coef)
+            files.save_npy(results.path(key, ".npy"), t.coef)
             rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings})
         coef = np.load(results.path(key, ".npy"))
         A = normalised(coef, args.signed, args.zero_diagonal)

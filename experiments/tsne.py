@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
+from mesc_tf import files  # noqa: E402
 
 NAME = "tsne"
 METHODS = ("dsc_l1", "dsc_l2", "our")
@@ -62,7 +63,7 @@ def embedding(results, key, spec, features):
     if rec is None or not results.path(key, ".npy").exists():
         print(f"  t-SNE {key} ({len(features)} points)")
         emb = tsne(features, spec["seed"], spec["perplexity"])
-        common.cli.save_npy(results.path(key, ".npy"), emb)
+        files.save_npy(results.path(key, ".npy"), emb)
         results.put(key, spec, {"points": len(features)})
     return np.load(results.path(key, ".npy"))
 
@@ -99,7 +100,7 @@ def run_dataset(name, args, results):
             for c in clusterings:
                 c["homogeneity"] = float(homogeneity_score(d.y, c["labels"]))
                 c["completeness"] = float(completeness_score(d.y, c["labels"]))
-            common.cli.save_npy(results.path(key, ".npy"), z)
+            files.save_npy(results.path(key, ".npy"), z)
             rec = results.put(key, spec, {"finetune_s": t.finetune_s, "latent_dim": int(z.shape[1]),
                                           "clusterings": clusterings})
         cl = rec["result"]["clusterings"]

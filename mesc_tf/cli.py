@@ -6,7 +6,6 @@ never a traceback; a run that was started and fails leaves nothing half-written.
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import signal
@@ -178,65 +177,12 @@ def prepare_out_file(path, *, force=False, what="output file"):
     return made
 
 
-def write_json(path, obj):
-    """Write JSON atomically (temporary file + rename)."""
-    from mesc_tf.files import atomic_write_text, json_default
-
-    atomic_write_text(path, json.dumps(obj, indent=2, default=json_default) + "\n")
-
-
-def save_npy(path, array):
-    """Save a float32 .npy atomically."""
-    import numpy as np
-
-    from mesc_tf.files import atomic_file
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_file(path, "wb") as f:
-        np.save(f, np.asarray(array, np.float32))
-
-
 def display_path(path, root) -> str:
     """``path`` for a table: relative to ``root`` when it lies in it or beside it
     (``../shared/...``), else absolute."""
     path = Path(path).absolute()
     rel = os.path.relpath(path, Path(root).absolute())
     return str(path) if rel.startswith(os.pardir + os.sep + os.pardir) else rel
-
-
-def code_revision() -> str:
-    """The git commit of this checkout ('-dirty' with uncommitted changes), else 'unknown'."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if rev.returncode != 0:
-        return "unknown"
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def versions():
-    import h5py
-    import keras
-    import numpy
-    import scipy
-    import sklearn
-    import tensorflow
-
-    from mesc_tf import __version__
-
-    return {"mesc_tf": f"{__version__} ({code_revision()})",
-            "python": sys.version.split()[0], "tensorflow": tensorflow.__version__,
-            "keras": keras.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
-            "sklearn": sklearn.__version__, "h5py": h5py.__version__}
 
 
 INTERRUPTED = "interrupted; what was finished is kept"

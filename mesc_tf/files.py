@@ -1,6 +1,6 @@
-"""Atomic file writes: readers (and a resumed run) never see half a file. Also the reader of
-the state.json those writes leave in a training checkpoint, and the JSON encoding of NumPy
-values and paths (no TensorFlow needed)."""
+"""Atomic file writes (text, JSON, .npy): readers (and a resumed run) never see half a file.
+Also the reader of the state.json those writes leave in a training checkpoint, and the JSON
+encoding of NumPy values and paths (no TensorFlow needed)."""
 
 import contextlib
 import errno
@@ -86,6 +86,21 @@ def atomic_file(path, mode="w"):
 def atomic_write_text(path, text):
     with atomic_file(path, "w") as f:
         f.write(text)
+
+
+def write_json(path, obj):
+    """Write JSON atomically (NumPy values and paths included)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, default=json_default) + "\n")
+
+
+def save_npy(path, array):
+    """Save a float32 .npy atomically (its folder made if missing)."""
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path, "wb") as f:
+        np.save(f, np.asarray(array, np.float32))
 
 
 def read_backup_state(backup_dir) -> dict:

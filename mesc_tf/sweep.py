@@ -461,6 +461,8 @@ def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
     import tensorflow as tf
 
     fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
+    from mesc_tf.provenance import machine
+
     here = {k: v for k, v in machine().items() if k != "platform"}
     return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
                        "train": fields, "steps": int(steps), "init_seed": int(init_seed),
@@ -490,7 +492,7 @@ def cache_load(cache_dir, key, n):
 
 def cache_store(cache_dir, key, coef, train_s):
     """Write C, then its key, each atomically: a reader never sees a half-written entry."""
-    from mesc_tf.cli import save_npy
+    from mesc_tf.files import save_npy
     from mesc_tf.files import atomic_write_text
 
     npy, meta = _cache_paths(cache_dir, key)
@@ -527,7 +529,7 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     """
     _check_parent(parent_pid)
     _limit_threads(threads)
-    from mesc_tf.cli import code_revision
+    from mesc_tf.provenance import code_revision
 
     start = time.perf_counter()
     ds = _dataset(dataset, data_dir)
@@ -746,25 +748,3 @@ def format_summary(rows, top=10, fields=None) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     return "\n".join([fmt.format(*head)] + [fmt.format(*v) for v in lines])
-
-
-def machine() -> dict:
-    """The machine a result was measured on: usable cores, the CPU model and BLAS's kernels."""
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), "")
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    import platform
-
-    import scipy.linalg  # noqa: F401  (loads SciPy's BLAS, so that threadpoolctl sees it)
-    from threadpoolctl import threadpool_info
-
-    # The kernels BLAS picked for this CPU: ill-posed spectral steps (ORL) move with them.
-    blas = sorted({f"{i['internal_api']} {i['version']} {i.get('architecture') or '?'}"
-                   for i in threadpool_info() if i["user_api"] == "blas"})
-    return {"cores": cores, "cpu": cpu or platform.processor(), "platform": platform.platform(),
-            "blas": blas}

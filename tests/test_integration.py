@@ -141,6 +141,7 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path,
     assert saved["settings"]["framework"] == "decoupled"
     assert "TF1 checkpoint" in saved["autoencoder"]
     assert set(saved["final_losses"]) == {"loss", "recon", "reg", "selfexp"}
+    assert set(saved["machine"]) == {"cores", "cpu", "platform", "blas"} and saved["machine"]["blas"]
     post = saved["postcluster"]
     assert post["method"] == "strict" and isinstance(post["ill_posed"], bool)
     assert 1 <= post["clusters_found"] <= 40

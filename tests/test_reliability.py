@@ -507,9 +507,11 @@ def test_finished_run_and_existing_files_are_refused(files, tmp_path, capsys):
 
 def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
     """results.json and --save-coef go through a temporary file and os.replace."""
+    from mesc_tf.files import save_npy, write_json
+
     target, coef = tmp_path / "results.json", tmp_path / "C.npy"
-    cli.write_json(target, {"a": 1})
-    cli.save_npy(coef, np.eye(3))
+    write_json(target, {"a": 1})
+    save_npy(coef, np.eye(3))
     umask = os.umask(0)
     os.umask(umask)
     for path in (target, coef):  # the usual mode, not mkstemp's 0600
@@ -520,9 +522,9 @@ def test_atomic_writes_keep_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(MescError, match=f"cannot write {target} .*the disk is full"):
-        cli.write_json(target, {"a": 2})
+        write_json(target, {"a": 2})
     with pytest.raises(MescError, match=f"cannot write {coef} .*the disk is full"):
-        cli.save_npy(coef, np.zeros((3, 3)))
+        save_npy(coef, np.zeros((3, 3)))
     assert json.loads(target.read_text()) == {"a": 1}
     assert np.array_equal(np.load(coef), np.eye(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["C.npy", "results.json"]  # no temp
@@ -536,7 +538,7 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
     # Bad options and unwritable or taken outputs: one line, nothing written.
     for argv, needle in [
         (["--lr", "0"], "--lr must be a finite number > 0"), (["--lr", "inf"], "got inf"),
-        (["--max-steps", "-1"], "--max-steps must be >= 0"),
+        (["--max-steps", "-1"], "--max-steps must be a whole number >= 0"),
         (["--max-steps", "0"], "trains nothing: give --init"),
         (["--checkpoint-every", "0"], ">= 1"), (["--out", files["a_file"] / "x.h5"], "cannot write"),
         (["--out", out, "--resume"], "nothing to resume"),

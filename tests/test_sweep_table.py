@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mesc_tf import cli, sweep
+from mesc_tf import sweep
+from mesc_tf.provenance import code_revision
 from mesc_tf.config import Settings, method_settings
 from mesc_tf.errors import MescError
 
@@ -344,7 +345,7 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     r = records[0]
     assert set(r["metrics"]) >= {"acc", "nmi"} and r["timings"]["steps"] in (2, 4)
     assert r["shared_training"] == {"steps_run": 4, "snapshots": [2, 4], "trials": 8}
-    assert r["code"] == cli.code_revision()  # the commit the trial ran (not part of its key)
+    assert r["code"] == code_revision()  # the commit the trial ran (not part of its key)
     assert "best settings by median ACC" in capsys.readouterr().out
 
     # A killed sweep (three lines lost, one torn), rerun with a larger grid: only the lost

@@ -1,0 +1,63 @@
+"""What a result was made with: the code's revision, the library versions and the machine.
+Every results file records these (run.py, the experiments, sweeps, tables, benchmarks)."""
+
+import os
+import sys
+from pathlib import Path
+
+
+def code_revision() -> str:
+    """The git commit of this checkout ('-dirty' with uncommitted changes), else 'unknown'."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if rev.returncode != 0:
+        return "unknown"
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def versions() -> dict:
+    """This package (with its revision), Python and the libraries whose numbers it depends on."""
+    import h5py
+    import keras
+    import numpy
+    import scipy
+    import sklearn
+    import tensorflow
+
+    from mesc_tf import __version__
+
+    return {"mesc_tf": f"{__version__} ({code_revision()})",
+            "python": sys.version.split()[0], "tensorflow": tensorflow.__version__,
+            "keras": keras.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
+            "sklearn": sklearn.__version__, "h5py": h5py.__version__}
+
+
+def machine() -> dict:
+    """The machine a result was measured on: usable cores, the CPU model and BLAS's kernels."""
+    import platform
+
+    import scipy.linalg  # noqa: F401  (loads SciPy's BLAS, so that threadpoolctl sees it)
+    from threadpoolctl import threadpool_info
+
+    cpu = ""
+    try:  # platform.processor() is empty on Linux
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # The kernels BLAS picked for this CPU: ill-posed spectral steps (ORL) move with them.
+    blas = sorted({f"{i['internal_api']} {i['version']} {i.get('architecture') or '?'}"
+                   for i in threadpool_info() if i["user_api"] == "blas"})
+    return {"cores": cores, "cpu": cpu or platform.processor(), "platform": platform.platform(),
+            "blas": blas}
