@@ -20,7 +20,7 @@ Per dataset it measures, in that one process:
 * ``post``: post-clustering seconds split into thrC / SVD (+ affinity) / spectral for each
   ``--post`` method ("fast", the default route; "strict"; "reference", the released scripts'
   numerics), whether their labels are identical and whether the fast route flagged the
-  problem as ill-posed (see mesc_tf/postcluster.py);
+  problem as ill-posed (see mesc_tf/postcluster/__init__.py);
 * ``peak_rss_gib_fine_tune``, ``peak_rss_gib``: the process's peak RSS (GiB) after our
   fine-tuning, and after the floor, the auto-encoder timing and the fast post-clustering,
   before the reference route (with the default ``--post`` order) and the original graph run

@@ -2,7 +2,7 @@
 
     python benchmarks/spectral_routes.py --coef /tmp/coef13/mnist.npy --clusters 10 --thr 0.03 --settings 24:8,32:16
 
-Above ``postcluster.SI_LU_MAX_N`` the fast route's spectral step is a Cholesky shift-invert,
+Above ``postcluster.fast.SI_LU_MAX_N`` the fast route's spectral step is a Cholesky shift-invert,
 after Lanczos on D^-½·A·D^-½ (one memory-bound product per step, nothing factorised) if
 ``LANCZOS_MAX_PRODUCTS`` > 0 and it converges within that many products. For each d:power this
 builds the affinity once, then times the spectral step by Lanczos with no product cap and by
@@ -24,7 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mesc_tf import cli  # noqa: E402
-from mesc_tf import postcluster as pc  # noqa: E402
+from mesc_tf.postcluster import checks as pc_checks  # noqa: E402
+from mesc_tf.postcluster import fast as pc_fast  # noqa: E402
+from mesc_tf.postcluster import thrc as pc_thrc  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
 from mesc_tf.files import atomic_write_text  # noqa: E402
 
@@ -58,18 +60,18 @@ def parse_args(argv=None):
 
 def time_route(A, K, seed, lanczos):
     """(seconds, labels, info) of the spectral step on a copy of the affinity A."""
-    real = pc._lanczos_smallest
-    saved_cap = pc.LANCZOS_MAX_PRODUCTS
-    pc.LANCZOS_MAX_PRODUCTS = 10**6 if lanczos else saved_cap
+    real = pc_fast._lanczos_smallest
+    saved_cap = pc_fast.LANCZOS_MAX_PRODUCTS
+    pc_fast.LANCZOS_MAX_PRODUCTS = 10**6 if lanczos else saved_cap
     if not lanczos:
-        pc._lanczos_smallest = lambda *args: None  # as if Lanczos had run out of products
+        pc_fast._lanczos_smallest = lambda *args: None  # as if Lanczos had run out of products
     L, info = A.copy(), {}
     try:
         t = time.perf_counter()
-        labels = pc._spectral_inplace(L, K, seed, info)
+        labels = pc_fast._spectral_inplace(L, K, seed, info)
         return time.perf_counter() - t, labels, info
     finally:
-        pc._lanczos_smallest, pc.LANCZOS_MAX_PRODUCTS = real, saved_cap
+        pc_fast._lanczos_smallest, pc_fast.LANCZOS_MAX_PRODUCTS = real, saved_cap
 
 
 def main(argv=None):
@@ -79,22 +81,22 @@ def main(argv=None):
     except ValueError:
         raise MescError(f"--coef: {args.coef} is not a .npy array; save C with experiments/run.py "
                         "--save-coef") from None
-    C = pc._check_square(C, f"--coef {args.coef}")
-    if C.shape[0] <= pc.SI_LU_MAX_N:
+    C = pc_checks.check_square(C, f"--coef {args.coef}")
+    if C.shape[0] <= pc_fast.SI_LU_MAX_N:
         raise MescError(f"--coef {args.coef}: n = {C.shape[0]}, but the routes compared here run "
-                        f"only above postcluster.SI_LU_MAX_N = {pc.SI_LU_MAX_N}; give the C of "
-                        "a larger set (MNIST-10k)")
-    pc._check_clusters(args.clusters, C.shape[0], "--clusters")
-    pc._check_ratio(args.thr)
-    Cs = pc._pretreat_sparse(pc._thrC_sparse(C, args.thr), args.variant)
+                        f"only above postcluster.fast.SI_LU_MAX_N = {pc_fast.SI_LU_MAX_N}; give "
+                        "the C of a larger set (MNIST-10k)")
+    pc_checks.check_clusters(args.clusters, C.shape[0], "--clusters")
+    pc_checks.check_ratio(args.thr)
+    Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(C, args.thr), args.variant)
     del C
     rows = []
     for d, power in args.settings:
-        U = pc._svd_embedding_fast(Cs, args.clusters, d, {})
+        U = pc_fast._svd_embedding_fast(Cs, args.clusters, d, {})
         if U is None:
             raise MescError(f"d {d}: the rank-{args.clusters * d + 1} subspace is "
                             "ill-determined; try another d")
-        A = pc._affinity_inplace(U, power)
+        A = pc_fast._affinity_inplace(U, power)
         t_lz, y_lz, info_lz = time_route(A, args.clusters, args.seed, lanczos=True)
         t_ch, y_ch, info_ch = time_route(A, args.clusters, args.seed, lanczos=False)
         del A
@@ -107,11 +109,11 @@ def main(argv=None):
         print(f"d {d}, power {power:g}: Lanczos {t_lz:.2f} s ({products} products), Cholesky "
               f"{t_ch:.2f} s (worth {row['break_even_products']:.0f} products), same labels: "
               f"{row['same_labels']}", flush=True)
-    print(f"LANCZOS_MAX_PRODUCTS = {pc.LANCZOS_MAX_PRODUCTS}")
+    print(f"LANCZOS_MAX_PRODUCTS = {pc_fast.LANCZOS_MAX_PRODUCTS}")
     if args.json:
-        atomic_write_text(args.json, json.dumps({"coef": str(args.coef), "rows": rows,
-                                                 "lanczos_max_products": pc.LANCZOS_MAX_PRODUCTS},
-                                                indent=1))
+        report = {"coef": str(args.coef), "rows": rows,
+                  "lanczos_max_products": pc_fast.LANCZOS_MAX_PRODUCTS}
+        atomic_write_text(args.json, json.dumps(report, indent=1))
     return 0
 
 

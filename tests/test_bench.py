@@ -69,7 +69,7 @@ def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monk
 
     import numpy as np
 
-    from mesc_tf import postcluster as pc
+    from mesc_tf.postcluster import fast as pc_fast
 
     spec = importlib.util.spec_from_file_location("spectral_routes",
                                                   REPO / "benchmarks" / "spectral_routes.py")
@@ -83,9 +83,9 @@ def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monk
     same = y[:, None] == y[None, :]
     C[same] += rng.uniform(0.5, 1.0, same.sum()) * rng.random(same.sum()) ** 3
     np.save(tmp_path / "c.npy", C.astype(np.float32))
-    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
-    monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
-    real, cap = pc._lanczos_smallest, pc.LANCZOS_MAX_PRODUCTS
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 0)
+    real, cap = pc_fast._lanczos_smallest, pc_fast.LANCZOS_MAX_PRODUCTS
     out = tmp_path / "routes.json"
     assert mod.main(["--coef", str(tmp_path / "c.npy"), "--clusters", "5", "--thr", "0.2",
                      "--settings", "4:1,4:8", "--json", str(out)]) == 0
@@ -93,7 +93,7 @@ def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monk
     assert [(r["d"], r["power"]) for r in rows] == [(4, 1.0), (4, 8.0)]
     assert all(r["same_labels"] and not r["ill_posed"] and r["lanczos_products"] > 0
                and r["cholesky_s"] > 0 for r in rows)
-    assert pc._lanczos_smallest is real and pc.LANCZOS_MAX_PRODUCTS == cap
+    assert pc_fast._lanczos_smallest is real and pc_fast.LANCZOS_MAX_PRODUCTS == cap
 
 
 def test_spectral_routes_bad_coef_is_one_line(tmp_path):

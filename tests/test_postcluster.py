@@ -5,7 +5,7 @@ import pytest
 
 from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
-from mesc_tf import postcluster as pc
+from mesc_tf.postcluster import thrc as pc_thrc
 from mesc_tf.postcluster import affinity, cluster, post_proC, pretreat, spectral, thrC
 from synthetic import noisy_blocks as _blocks  # tests/synthetic.py
 
@@ -54,7 +54,7 @@ def test_thrC_matches_loop(ratio):
         np.testing.assert_array_equal(got[:, nonzero], ref[:, nonzero])
         assert not got[:, ~nonzero].any()
         if ratio < 1:  # the reference route's vectorised thrC, against the loop too
-            np.testing.assert_array_equal(pc._thrC_reference(C, ratio)[:, nonzero],
+            np.testing.assert_array_equal(pc_thrc.thrC_reference(C, ratio)[:, nonzero],
                                           ref[:, nonzero])
 
 

@@ -19,6 +19,9 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 
 from mesc_tf import postcluster as pc
+from mesc_tf.postcluster import fast as pc_fast
+from mesc_tf.postcluster import reference as pc_ref
+from mesc_tf.postcluster import thrc as pc_thrc
 from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
 
@@ -51,11 +54,11 @@ def mesc_like(n=120, seed=0, steps=127, lr=1e-4):
 @pytest.mark.parametrize("ratio", [0.01, 0.04, 0.2, 0.7, 1.0, 1.5])
 def test_thrC_blocked_equals_reference(ratio):
     for C in (trained_like(1)[0], mesc_like()[0], trained_like(2, dtype=np.float64)[0]):
-        want = pc._thrC_reference(C, ratio) if ratio < 1 else C
+        want = pc_thrc.thrC_reference(C, ratio) if ratio < 1 else C
         got = pc.thrC(C, ratio)
         assert got.dtype == C.dtype
         np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(pc._thrC_sparse(C, ratio).toarray(), want)
+        np.testing.assert_array_equal(pc_thrc.thrC_sparse(C, ratio).toarray(), want)
 
 
 def test_thrC_ties_at_the_threshold_follow_argsort():
@@ -66,7 +69,7 @@ def test_thrC_ties_at_the_threshold_follow_argsort():
     C[:, ::3] *= -1  # equal magnitudes, mixed signs
     C[:5, :5] = rng.random((5, 5))
     for ratio in (0.03, 0.1, 0.5):
-        want = pc._thrC_reference(C, ratio)
+        want = pc_thrc.thrC_reference(C, ratio)
         got = pc.thrC(C, ratio)
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
@@ -76,14 +79,14 @@ def test_thrC_ties_at_the_threshold_follow_argsort():
 def test_thrC_small_blocks(monkeypatch, workers):
     """Several column blocks, run by 1-3 threads (block size and threads are bounds on memory
     and time, not on the result), with columns whose sort needs more than the first block's m."""
-    monkeypatch.setattr(pc, "_THRC_BLOCK_BYTES", 4 * 150 * 7)  # 7 columns per block
-    monkeypatch.setattr(pc, "_thrc_workers", lambda: workers)
+    monkeypatch.setattr(pc_thrc, "_THRC_BLOCK_BYTES", 4 * 150 * 7)  # 7 columns per block
+    monkeypatch.setattr(pc_thrc, "_thrc_workers", lambda: workers)
     C, _ = trained_like(4)
     C[:, 60:] = np.abs(C[:, 60:]) ** 0.01  # near-flat columns: t far past the first block's
     for ratio in (0.05, 0.6):
-        np.testing.assert_array_equal(pc.thrC(C, ratio), pc._thrC_reference(C, ratio))
-        np.testing.assert_array_equal(pc._thrC_sparse(C, ratio).toarray(),
-                                      pc._thrC_reference(C, ratio))
+        np.testing.assert_array_equal(pc.thrC(C, ratio), pc_thrc.thrC_reference(C, ratio))
+        np.testing.assert_array_equal(pc_thrc.thrC_sparse(C, ratio).toarray(),
+                                      pc_thrc.thrC_reference(C, ratio))
 
 
 def test_thrC_uses_the_blas_thread_count():
@@ -91,7 +94,7 @@ def test_thrC_uses_the_blas_thread_count():
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        assert pc._thrc_workers() == 1
+        assert pc_thrc._thrc_workers() == 1
 
 
 # --- post_proC pieces ------------------------------------------------------------------------
@@ -100,25 +103,25 @@ def test_thrC_uses_the_blas_thread_count():
 @pytest.mark.parametrize("variant", ["mesc", "dsc", "dsc_diag"])
 def test_sparse_pretreatment_equals_dense(variant):
     C, _ = trained_like(5)
-    Cs = pc._thrC_sparse(C, 0.1)
-    got = pc._pretreat_sparse(Cs, variant).toarray()
+    Cs = pc_thrc.thrC_sparse(C, 0.1)
+    got = pc_fast._pretreat_sparse(Cs, variant).toarray()
     np.testing.assert_array_equal(got, pc.pretreat(Cs.toarray(), variant))
 
 
 @pytest.mark.parametrize("dense_max", [4096, 0])  # dense eigh of CᵀC, then ARPACK on sparse CᵀC
 def test_svd_embedding_gives_the_reference_affinity(monkeypatch, dense_max):
-    monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", dense_max)
+    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", dense_max)
     C, _ = trained_like(6)
-    Cs = pc._pretreat_sparse(pc._thrC_sparse(C, 0.1), "mesc")
+    Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(C, 0.1), "mesc")
     info = {}
-    U = pc._svd_embedding_fast(Cs, 5, 4, info)
-    assert U is not None and info["svd_gap"] >= pc.SVD_GAP_MIN
+    U = pc_fast._svd_embedding_fast(Cs, 5, 4, info)
+    assert U is not None and info["svd_gap"] >= pc_fast.SVD_GAP_MIN
     assert ("dense" in info["svd"]) == bool(dense_max)
-    U_ref = pc._svd_embedding(Cs.toarray(), 5, 4)
+    U_ref = pc_ref.svd_embedding(Cs.toarray(), 5, 4)
     np.testing.assert_allclose(U @ U.T, U_ref @ U_ref.T, atol=1e-10)
-    L = pc._affinity_inplace(U, 3.5)
+    L = pc_fast._affinity_inplace(U, 3.5)
     assert L.flags.c_contiguous and np.array_equal(L, L.T) and L.max() == 1.0
-    np.testing.assert_allclose(L, pc._affinity_from_embedding(U_ref, 3.5), atol=1e-10)
+    np.testing.assert_allclose(L, pc_ref.affinity_from_embedding(U_ref, 3.5), atol=1e-10)
 
 
 @pytest.mark.parametrize("populate", [True, False])  # Linux's MAP_POPULATE, or np.zeros
@@ -126,40 +129,41 @@ def test_affinity_buffer_is_zeroed_and_gives_the_same_bits(monkeypatch, populate
     """The affinity's pre-populated buffer is zeros in Fortran order, and the affinity built in
     it is the one built in a fresh np.zeros buffer (the fallback where MAP_POPULATE is absent)."""
     U = normalize(np.random.default_rng(3).standard_normal((300, 12)))
-    expected = pc._affinity_inplace(U, 3.5)
+    expected = pc_fast._affinity_inplace(U, 3.5)
     if not populate:
-        monkeypatch.delattr(pc.mmap, "MAP_POPULATE", raising=False)
-    elif not hasattr(pc.mmap, "MAP_POPULATE"):
+        monkeypatch.delattr(pc_fast.mmap, "MAP_POPULATE", raising=False)
+    elif not hasattr(pc_fast.mmap, "MAP_POPULATE"):
         pytest.skip("no MAP_POPULATE on this platform")
-    buffer = pc._zeroed_buffer(300)
+    buffer = pc_fast._zeroed_buffer(300)
     assert buffer.shape == (300, 300) and buffer.flags.f_contiguous and buffer.flags.writeable
     owner = buffer
     while isinstance(owner, np.ndarray) and owner.base is not None:
         owner = owner.base
     assert isinstance(getattr(owner, "obj", owner), mmap.mmap) == populate  # via a memoryview
     assert not buffer.any()
-    L = pc._affinity_inplace(U, 3.5)
+    L = pc_fast._affinity_inplace(U, 3.5)
     assert L.flags.c_contiguous and np.array_equal(L, expected)
 
 
 def test_no_memory_for_the_affinity_is_one_clear_error(monkeypatch):
-    if not hasattr(pc.mmap, "MAP_POPULATE"):
+    if not hasattr(pc_fast.mmap, "MAP_POPULATE"):
         pytest.skip("no MAP_POPULATE on this platform")
 
     def refuse(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(pc.mmap, "mmap", refuse)
+    monkeypatch.setattr(pc_fast.mmap, "mmap", refuse)
     with pytest.raises(MescError, match=r"no memory for the 300×300 affinity matrix .*free memory"):
-        pc._affinity_inplace(normalize(np.ones((300, 4))), 2.0)
+        pc_fast._affinity_inplace(normalize(np.ones((300, 4))), 2.0)
 
 
 def test_ill_determined_subspace_is_detected():
     """Equal singular values across the rank-r cut: no fast SVD, the reference svds is used."""
     n, u = 60, (np.arange(60) % 2).astype(float)
-    Cs = pc._pretreat_sparse(pc._thrC_sparse(np.eye(n) + 0.01 * np.outer(u, u), 1.0), "mesc")
+    Cs = pc_thrc.thrC_sparse(np.eye(n) + 0.01 * np.outer(u, u), 1.0)
+    Cs = pc_fast._pretreat_sparse(Cs, "mesc")
     info = {}
-    assert pc._svd_embedding_fast(Cs, 5, 3, info) is None
+    assert pc_fast._svd_embedding_fast(Cs, 5, 3, info) is None
     info = {}
     labels = pc.cluster(np.eye(n) + 0.01 * np.outer(u, u), 5, 1.0, 3, 1.0, info=info)
     assert info["svd"].startswith("reference") and info["ill_posed"] and labels.shape == (n,)
@@ -174,7 +178,7 @@ def test_inplace_spectral_step_is_sklearns(power):
         L = pc.affinity(pc.thrC(C, 0.1), 5, 4, power, "mesc")
         for seed in (0, 1, 5):
             want = pc.spectral(L, 5, seed)
-            got = pc._spectral_inplace(L.copy(), 5, seed, {})
+            got = pc_fast._spectral_inplace(L.copy(), 5, seed, {})
             np.testing.assert_array_equal(got, want)
 
 
@@ -184,10 +188,10 @@ def test_an_older_sklearn_gets_its_own_spectral_step(monkeypatch):
     flagged, so that strict recomputes the reference's affinity and gives its labels."""
     C, _ = trained_like(3)
     L = pc.affinity(pc.thrC(C, 0.2), 5, 4, 4.0, "mesc")
-    monkeypatch.setattr(pc, "_SKLEARN_SIGMA_BELOW_ZERO", False)
-    monkeypatch.setattr(pc, "_spectral_inplace", None)  # must not be called
+    monkeypatch.setattr(pc_fast, "_SKLEARN_SIGMA_BELOW_ZERO", False)
+    monkeypatch.setattr(pc_fast, "_spectral_inplace", None)  # must not be called
     info, timings = {}, {"svd_s": 0.0, "spectral_s": 0.0}
-    got = pc._spectral_with_fallbacks(lambda: L.copy(), 5, 2, info, timings)
+    got = pc_fast.spectral_with_fallbacks(lambda: L.copy(), 5, 2, info, timings)
     np.testing.assert_array_equal(got, pc.spectral(L, 5, 2))
     assert info["spectral"].startswith("sklearn's (scikit-learn") and info["ill_posed"]
     info = {}
@@ -221,11 +225,11 @@ def test_large_n_routes_equal_reference(monkeypatch, power, solver):
     """The routes above n = 4096 (ARPACK on the sparse CᵀC for the SVD; for the spectral step
     Lanczos on D^-1/2·A·D^-1/2 when allowed, or the Cholesky shift-invert when Lanczos runs out
     of products), forced on small problems."""
-    monkeypatch.setattr(pc, "DENSE_SVD_MAX_N", 0)
-    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
     if solver == "Cholesky":  # as if Lanczos had not converged
-        monkeypatch.setattr(pc, "_lanczos_smallest", lambda *args: None)
-    monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 600)  # tried first (off by default)
+        monkeypatch.setattr(pc_fast, "_lanczos_smallest", lambda *args: None)
+    monkeypatch.setattr(pc_fast, "LANCZOS_MAX_PRODUCTS", 600)  # tried first (off by default)
     for seed in range(3):
         C, _ = trained_like(seed)
         info = {}
@@ -283,7 +287,7 @@ def test_discretize_margin_replays_sklearn():
         for seed in range(3):
             vectors = rng.standard_normal((n, k)) + 3 * np.eye(k)[rng.integers(0, k, n)]
             want = discretize(vectors, random_state=np.random.RandomState(seed))
-            got, margin = pc._discretize_margin(vectors, np.random.RandomState(seed))
+            got, margin = pc_fast._discretize_margin(vectors, np.random.RandomState(seed))
             np.testing.assert_array_equal(got, want)
             assert margin >= 0
 
@@ -297,7 +301,7 @@ def test_released_orl_C_is_flagged_and_strict_matches(shared_reference):
     args = (C, 40, 0.2, 3, 1.0, "mesc")
     info = {}
     pc.cluster(*args, seed=0, info=info)
-    assert info["ill_posed"] and info["discretize_margin"] < pc.DISCRETIZE_MARGIN_MIN
+    assert info["ill_posed"] and info["discretize_margin"] < pc_fast.DISCRETIZE_MARGIN_MIN
     np.testing.assert_array_equal(pc.cluster(*args, seed=0, method="strict"),
                                   pc.cluster(*args, seed=0, method="reference"))
 
@@ -311,7 +315,7 @@ def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
     for power in (1.0, 8.0):
         info = {}
         fast = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=3, info=info)
-        assert info["ill_posed"] and info["spectral_min_gap"] < pc.SPECTRAL_GAP_MIN
+        assert info["ill_posed"] and info["spectral_min_gap"] < pc_fast.SPECTRAL_GAP_MIN
         ref = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=3, method="reference")
         assert adjusted_rand_score(ref, fast) == 1.0
         info = {}
@@ -333,13 +337,13 @@ def test_samples_outside_the_rank_r_subspace_are_flagged_and_strict_gives_the_re
     info = {}
     pc.cluster(*args, info=info)
     assert info["embedding_norm_ratio"] < 1e-12 and info["ill_posed"]
-    assert info["svd_gap"] >= pc.SVD_GAP_MIN  # the subspace itself is well determined
+    assert info["svd_gap"] >= pc_fast.SVD_GAP_MIN  # the subspace itself is well determined
     np.testing.assert_array_equal(pc.cluster(*args, method="strict"),
                                   pc.cluster(*args, method="reference"))
     info = {}
     blocks, _ = trained_like(0)
     pc.cluster(blocks, 5, 0.2, 4, 1.0, info=info)
-    assert info["embedding_norm_ratio"] > pc.EMBEDDING_NORM_MIN
+    assert info["embedding_norm_ratio"] > pc_fast.EMBEDDING_NORM_MIN
 
 
 @pytest.mark.filterwarnings("ignore:k >= N:RuntimeWarning")  # sklearn, on these tiny sizes
@@ -385,12 +389,12 @@ def test_lanczos_gives_up_beyond_its_product_budget(monkeypatch):
     M = np.ascontiguousarray((A + A.T) / 600)
     np.fill_diagonal(M, 0)
     v0 = rng.uniform(-1, 1, 300)
-    monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 1)
+    monkeypatch.setattr(pc_fast, "LANCZOS_MAX_PRODUCTS", 1)
     info = {}
-    assert pc._lanczos_smallest(M.copy(), 5, v0, info) is None
+    assert pc_fast._lanczos_smallest(M.copy(), 5, v0, info) is None
     assert info["lanczos_products"] == 30 + 25  # the basis of 30, then one restart (K = 5)
-    monkeypatch.setattr(pc, "LANCZOS_MAX_PRODUCTS", 10000)
-    lam, vectors = pc._lanczos_smallest(M.copy(), 5, v0, info)
+    monkeypatch.setattr(pc_fast, "LANCZOS_MAX_PRODUCTS", 10000)
+    lam, vectors = pc_fast._lanczos_smallest(M.copy(), 5, v0, info)
     assert 30 <= info["lanczos_products"] <= 10000
     expected = np.linalg.eigvalsh(np.eye(300) - M)[:5]
     np.testing.assert_allclose(lam, expected, atol=1e-10)
@@ -401,8 +405,8 @@ def test_lanczos_gives_up_beyond_its_product_budget(monkeypatch):
 
 def test_cholesky_route_goes_first_by_default(monkeypatch):
     """With the default LANCZOS_MAX_PRODUCTS (0) the large-n spectral step never runs Lanczos."""
-    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
-    monkeypatch.setattr(pc, "_lanczos_smallest", lambda *args: pytest.fail("Lanczos ran"))
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "_lanczos_smallest", lambda *args: pytest.fail("Lanczos ran"))
     C, _ = trained_like(1)
     info = {}
     fast = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=1, info=info)
@@ -415,7 +419,7 @@ def test_cholesky_route_goes_first_by_default(monkeypatch):
 def test_cholesky_failure_rebuilds_the_affinity_and_takes_lu(monkeypatch):
     """A shifted Laplacian that is not positive definite in floating point: the Cholesky
     factorisation has overwritten L, so the affinity is built again and factored by LU."""
-    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
 
     def not_positive_definite(*args, **kwargs):
         raise np.linalg.LinAlgError("not positive definite")
@@ -437,7 +441,7 @@ def _shifted_laplacian(n=300, seed=0):
     A = (A + A.T) / 2
     np.fill_diagonal(A, 0)
     d = 1 / np.sqrt(A.sum(axis=0))
-    return np.eye(n) - d[:, None] * A * d[None, :] - pc._SIGMA * np.eye(n)
+    return np.eye(n) - d[:, None] * A * d[None, :] - pc_fast._SIGMA * np.eye(n)
 
 
 def _solver(S):
@@ -452,15 +456,15 @@ def test_block_shift_invert_equals_arpack():
     solve = _solver(S)
     v0 = np.random.default_rng(1).uniform(-1, 1, n)
     info = {}
-    lam, vectors = pc._block_shift_invert(solve, n, K, v0, 0, info)
+    lam, vectors = pc_fast._block_shift_invert(solve, n, K, v0, 0, info)
     want, want_vectors = eigsh(LinearOperator((n, n), matvec=lambda x: x, dtype=float), k=K,
-                               sigma=pc._SIGMA, which="LM", tol=0, v0=v0,
+                               sigma=pc_fast._SIGMA, which="LM", tol=0, v0=v0,
                                OPinv=LinearOperator((n, n), matvec=solve, dtype=float))
     assert 2 <= info["block_si_solves"] <= 256 // 6
     np.testing.assert_allclose(lam, want, rtol=0, atol=1e-12)
     assert np.all(np.diff(lam) > 0)
     np.testing.assert_allclose(np.abs(np.sum(vectors * want_vectors, axis=0)), 1, atol=1e-10)
-    laplacian = S + pc._SIGMA * np.eye(n)
+    laplacian = S + pc_fast._SIGMA * np.eye(n)
     np.testing.assert_allclose(laplacian @ vectors, vectors * lam, atol=1e-10)
 
 
@@ -474,8 +478,8 @@ def test_block_shift_invert_on_an_invariant_krylov_space():
     n = A.shape[0]
     laplacian = np.eye(n) - d[:, None] * A * d[None, :]
     info = {}
-    lam, vectors = pc._block_shift_invert(_solver(laplacian - pc._SIGMA * np.eye(n)), n, 3,
-                                          np.ones(n), 0, info)
+    solve = _solver(laplacian - pc_fast._SIGMA * np.eye(n))
+    lam, vectors = pc_fast._block_shift_invert(solve, n, 3, np.ones(n), 0, info)
     assert info["block_si_solves"] <= 3
     np.testing.assert_allclose(lam, 0, atol=1e-12)
     np.testing.assert_allclose(vectors.T @ vectors, np.eye(3), atol=1e-12)
@@ -486,18 +490,18 @@ def test_block_shift_invert_hands_over_to_arpack(monkeypatch):
     """Without convergence within BLOCK_SI_MAX_VECTORS the block route returns None, and the
     spectral step runs ARPACK's shift-invert as sklearn's: the reference's labels either way."""
     solve = _solver(_shifted_laplacian())
-    monkeypatch.setattr(pc, "BLOCK_SI_TOL", 0.0)  # never met
+    monkeypatch.setattr(pc_fast, "BLOCK_SI_TOL", 0.0)  # never met
     info = {}
-    assert pc._block_shift_invert(solve, 300, 4, np.ones(300), 0, info) is None
+    assert pc_fast._block_shift_invert(solve, 300, 4, np.ones(300), 0, info) is None
     assert info["block_si_solves"] == 256 // 6
     # Room for fewer than BLOCK_SI_MIN_BLOCKS blocks (K = 15: 11 blocks of 22): not tried.
-    assert pc._block_shift_invert(solve, 300, 15, np.ones(300), 0, info) is None
+    assert pc_fast._block_shift_invert(solve, 300, 15, np.ones(300), 0, info) is None
     assert info["block_si_solves"] == 0
-    monkeypatch.setattr(pc, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
     C, _ = trained_like(2)
     ref = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=2, method="reference")
     for limit in (0, 256):  # 0: ARPACK at once; 256 with a tolerance never met: after the cap
-        monkeypatch.setattr(pc, "BLOCK_SI_MAX_VECTORS", limit)
+        monkeypatch.setattr(pc_fast, "BLOCK_SI_MAX_VECTORS", limit)
         info = {}
         np.testing.assert_array_equal(pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=2, info=info), ref)
         assert info["spectral"].startswith("ARPACK shift-invert") and not info["ill_posed"]
@@ -511,14 +515,14 @@ def test_arpack_failure_falls_back_as_sklearn_does(monkeypatch):
 
     C, y = trained_like(1)
     ref = pc.cluster(C, 5, 0.2, 4, 2.0, "mesc", seed=0, method="reference")
-    real = pc.eigsh
+    real = pc_fast.eigsh
 
     def failing(*args, **kwargs):
         if "sigma" in kwargs:  # the fast spectral step's shift-invert, not the SVD's
             raise ArpackNoConvergence("no convergence", np.zeros(0), np.zeros((0, 0)))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pc, "eigsh", failing)
+    monkeypatch.setattr(pc_fast, "eigsh", failing)
     for method in ("fast", "strict"):
         info = {}
         labels = pc.cluster(C, 5, 0.2, 4, 2.0, "mesc", seed=0, method=method, info=info)
@@ -534,7 +538,7 @@ def test_seeded_svds_is_svds_bit_for_bit():
     C = trained_like(2)[0].astype(np.float64)
     n = C.shape[0]
     ref = svds(C, 16, v0=np.ones(n))
-    got = pc._svds_seeded(C, 16, np.ones(n), pc._arpack_rng(0))
+    got = pc_ref.svds_seeded(C, 16, np.ones(n), pc_ref.arpack_rng(0))
     for a, b in zip(ref, got):
         np.testing.assert_array_equal(a, b)
 

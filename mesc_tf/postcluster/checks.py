@@ -1,0 +1,99 @@
+"""Input checks shared by the post-clustering routes: one MescError line naming the step,
+the problem and what to do."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from mesc_tf.config import VARIANTS
+from mesc_tf.errors import MescError, one_line
+
+
+def check_square(C, where: str, name: str = "C") -> np.ndarray:
+    """C as a finite square 2-D float array (integers become float64, float16 float32: the
+    released code's C is float32, and thrC's blocks assume sums at least that precise).
+    ``name``: "C" (a self-expression matrix) or "L" (an affinity), for the messages."""
+    what, hint = (("self-expression coefficient matrix",
+                   "training probably diverged, lower the learning rate or the regulariser weights")
+                  if name == "C" else ("affinity matrix", "pass an affinity with entries in [0, 1]"))
+    if sp.issparse(C):
+        raise MescError(f"{where}: {name} is a scipy.sparse matrix; pass a dense array "
+                        f"({name}.toarray())")
+    try:
+        C = np.asarray(C)
+    except (TypeError, ValueError) as e:  # ragged nested lists
+        raise MescError(f"{where}: {name} is not an array of numbers ({one_line(e)})") from None
+    if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] < 2:
+        raise MescError(f"{where}: {name} must be a square n×n matrix with n >= 2, got shape "
+                        f"{C.shape}; pass the {what}")
+    if not np.issubdtype(C.dtype, np.floating):
+        if not (np.issubdtype(C.dtype, np.integer) or C.dtype == bool):
+            raise MescError(f"{where}: {name} must be numeric, got dtype {C.dtype}; "
+                            "pass a float matrix")
+        C = C.astype(np.float64)
+    elif C.dtype.itemsize < 4:
+        C = C.astype(np.float32)
+    lo, hi = np.min(C), np.max(C)  # NaN propagates; no n×n temporary, unlike np.isfinite
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise MescError(f"{where}: {name} contains NaN or inf; {hint}")
+    # thrC sums each column in C's dtype and the SVD squares C in float64: neither may
+    # overflow (past that the fast thrC parts from the reference's, or the SVD fails in numpy).
+    big, n = float(max(-lo, hi)), C.shape[0]
+    own_max, f64_max = float(np.finfo(C.dtype).max), float(np.finfo(np.float64).max)
+    if 2 * n * big >= own_max or n * big * big >= f64_max:
+        raise MescError(f"{where}: {name}'s entries are too large (up to {big:.3g} in magnitude): "
+                        f"its column sums or {name}ᵀ{name} would overflow; {hint}")
+    return C
+
+
+def _real(value) -> float | None:
+    """value as a float where it is a real number (not a string); None otherwise."""
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _shown(value) -> str:
+    """value for a message: strings quoted, so "3" is not taken for 3."""
+    return repr(value) if isinstance(value, (str, bytes)) else str(value)
+
+
+def check_clusters(n_clusters, n: int, where: str) -> int:
+    k = _real(n_clusters)
+    if k is None or not k.is_integer() or not 1 <= k <= n:
+        raise MescError(f"{where}: n_clusters must be a whole number between 1 and n={n}, "
+                        f"got {_shown(n_clusters)}; check the dataset's number of classes")
+    return int(k)
+
+
+def check_ratio(ratio):
+    r = _real(ratio)
+    if r is None or not np.isfinite(r) or r < 0:
+        raise MescError(f"thrC: ratio must be a finite number >= 0, got {_shown(ratio)}; "
+                        "use e.g. 0.03-0.2 (1 or more keeps C unchanged)")
+
+
+def check_variant(variant):
+    if variant not in VARIANTS:
+        raise MescError(f"unknown post_proC variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+
+
+def zero_affinity():
+    return MescError("post_proC: the affinity matrix is all zero (C carries no structure); "
+                     "check that training produced a non-zero C")
+
+
+def check_affinity_args(n_clusters, subspace_dim, power, n):
+    K = check_clusters(n_clusters, n, "post_proC")
+    d = _real(subspace_dim)
+    if d is None or not d.is_integer() or d < 1:
+        raise MescError("post_proC: subspace_dim must be a whole number >= 1, "
+                        f"got {_shown(subspace_dim)}")
+    p = _real(power)
+    if p is None or not np.isfinite(p) or p <= 0:
+        raise MescError(f"post_proC: power must be a finite number > 0, got {_shown(power)}")
+    return K
