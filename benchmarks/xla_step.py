@@ -15,7 +15,7 @@ updated variable. It writes, per dataset, that program (``<name>.hlo.pb``), the 
 value), and what TensorFlow computed from them on this CPU over ``--steps`` steps: the loss
 terms of each step and C after the last (``<name>.json``, ``<name>.ref.npz``).
 
-``time`` (no TensorFlow, no mesc_tf) compiles each program with XLA for the first device JAX
+``time`` (no TensorFlow) compiles each program with XLA for the first device JAX
 sees, runs the same steps, feeding the updated variables back as the next step's inputs (the
 program's input/output aliases say which output is which input), and reports: the largest
 relative difference of the loss terms and of C from TensorFlow's, whether a second run gave

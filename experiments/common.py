@@ -354,7 +354,8 @@ def check_sources(args, datasets):
         try:
             sweep.resolve_autoencoder(name, weights=src.get("weights"),
                                       tf1_checkpoint=src.get("tf1_checkpoint"),
-                                      no_pretrain=src.get("no_pretrain", False))
+                                      no_pretrain=src.get("no_pretrain", False),
+                                      per_dataset=True)
         except MescError as e:
             raise MescError(f"{name}: {e}") from None
 

@@ -132,8 +132,12 @@ def _missing_parents(path):
 def _cause(folder, e: OSError) -> str:
     """Why ``folder`` could not be made or written into: the file standing where it or a
     parent should be (the OS says "File exists" or "Not a directory"), else the OS's reason."""
-    first = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    return f"{first} is a file" if first is not None and not first.is_dir() else e.strerror
+    try:
+        first = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        in_the_way = first is not None and not first.is_dir()
+    except OSError:  # a parent we may not look into: the OS's reason says it
+        in_the_way = False
+    return f"{first} is a file" if in_the_way else e.strerror
 
 
 def writable_dir(out, option="--out DIR") -> Path:

@@ -141,9 +141,9 @@ class Settings:
             if not (math.isfinite(value) and int(value) == value and value >= low):
                 raise MescError(f"{_flag(name)} must be a whole number >= {low}, got {value}")
             object.__setattr__(self, name, int(value))
-        if not self.thr > 0:
-            raise MescError(f"{_flag('thr')} must be > 0 (1 or more keeps C unchanged), "
-                            f"got {self.thr}")
+        if not 0 < self.thr < math.inf:
+            raise MescError(f"{_flag('thr')} must be a finite number > 0 (1 or more keeps C "
+                            f"unchanged), got {self.thr}")
         if not 0 < self.power < math.inf:
             raise MescError(f"{_flag('power')} must be a finite number > 0, got {self.power}")
 

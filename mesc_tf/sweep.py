@@ -72,7 +72,7 @@ def parse_value(field: str, text: str):
     kind = FIELD_TYPES[field]
     text = text.strip()
     if kind is str:
-        if not text:
+        if not text:  # from --set FIELD= (a grid refuses empty values first)
             raise MescError(f"empty value for {field}")
         value = text
     else:
@@ -120,7 +120,7 @@ def parse_grid(spec) -> dict[str, list]:
         try:  # each value on its own, before any training
             parsed = [parse_value(field, v) for v in values.split(",")]
         except MescError as e:
-            raise MescError(f"grid: {e}") from None
+            raise MescError(f"grid: {e}; write e.g. {field}=V1,V2") from None
         grid[field] = list(dict.fromkeys(parsed))
     return grid
 
@@ -214,8 +214,13 @@ def autoencoder_hash(ident: str) -> str:
     return ident.rpartition(":")[2]
 
 
-def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=False):
-    """The AutoencoderSpec for these options (same precedence as pipeline.get_autoencoder)."""
+def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=False,
+                        per_dataset=False):
+    """The AutoencoderSpec for these options (same precedence as pipeline.get_autoencoder).
+    ``per_dataset``: the command's --weights/--tf1-checkpoint take NAME=PATH (the experiments,
+    several datasets at once), so the messages spell them so."""
+    w, t = (f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset \
+        else ("--weights", "--tf1-checkpoint")
     from mesc_tf import pipeline
 
     if tf1_checkpoint:
@@ -232,15 +237,14 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
         path = Path(weights).expanduser().absolute()
         if not path.is_file():
             why = "is a folder" if path.is_dir() else "not found"
-            raise MescError(f"auto-encoder file {path} {why}; give an existing .h5 with --weights")
+            raise MescError(f"auto-encoder file {path} {why}; give an existing .h5 with {w}")
         return AutoencoderSpec("weights", str(path), _sha256([path]))
     if no_pretrain:
         return AutoencoderSpec("none")
     path = pipeline.pretrained_path(dataset)
     if not path.is_file():
         raise MescError(f"no pretrained auto-encoder at {path}; make it with "
-                        f"`make pretrain-{dataset}`, or pass --weights, --tf1-checkpoint "
-                        "or --no-pretrain")
+                        f"`make pretrain-{dataset}`, or pass {w}, {t} or --no-pretrain")
     return AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path]))
 
 

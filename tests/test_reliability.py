@@ -196,6 +196,8 @@ RUN_CASES = {
     "inf-reg1": (lambda f: [*ORL, "--reg1", "inf", *_data("orl")(f)],
                  ["(--reg1) must be a finite"]),
     "inf-power": (lambda f: [*ORL, "--power", "inf", *_data("orl")(f)], ["(--power) must be"]),
+    "inf-thr": (lambda f: [*ORL, "--thr", "inf", *_data("orl")(f)],
+                ["(--thr) must be a finite number > 0"]),
     "nan-coef-init": (lambda f: [*ORL, "--coef-init", "nan", *_data("orl")(f)],
                       ["(--coef-init) must be a finite number, got nan"]),
     "non-number-epochs": (lambda f: ["--dataset", "orl", "--epochs", "ten"], ["invalid int"]),

@@ -70,8 +70,19 @@ def test_parse_grid_errors_are_one_line(bad):
 
 def test_invalid_setting_in_grid_is_refused():
     """Before any training, naming the grid's entry."""
-    with pytest.raises(MescError, match=r"^grid: thr=-1.0: thr \(--thr\) must be > 0"):
+    with pytest.raises(MescError, match=r"^grid: thr=-1.0: thr \(--thr\) must be a finite number"):
         sweep.parse_grid("thr=0.1,-1")
+    with pytest.raises(MescError, match=r"^grid: reg1 value 'abc' is not a number; write e.g\."):
+        sweep.parse_grid("reg1=abc")
+
+
+def test_a_missing_auto_encoder_names_the_options_as_the_command_takes_them(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
+    with pytest.raises(MescError, match="pass --weights, --tf1-checkpoint or --no-pretrain"):
+        sweep.resolve_autoencoder("orl")
+    with pytest.raises(MescError, match="--weights orl=PATH, --tf1-checkpoint orl=PREFIX or"):
+        sweep.resolve_autoencoder("orl", per_dataset=True)
 
 
 def test_whole_number_settings_are_stored_as_int():

@@ -106,8 +106,9 @@ def _pretreat_sparse(Cs, variant: str) -> sp.csr_array:
 
 def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
                         arpack_kw=None):
-    """Steps 2-5 as svds computes them, with another eigen-solver for CᵀC (see the module
-    docstring). Returns the embedding, or None where the rank-r subspace is ill-determined."""
+    """Steps 2-5 as svds computes them, with another eigen-solver for CᵀC (see the package
+    docstring, mesc_tf.postcluster). Returns the embedding, or None where the rank-r subspace
+    is ill-determined."""
     n = Cs.shape[0]
     r = rank(n_clusters, subspace_dim, n)  # r + 1 <= n: the dense route takes all n pairs
     dense = None

@@ -40,8 +40,8 @@ _EIGSH_TAKES_RNG = "rng" in inspect.signature(eigsh).parameters
 
 
 def arpack_rng(seed):
-    """Keyword arguments giving eigsh a generator for ARPACK's restart vectors (module
-    docstring); none for a seed that is not a whole number (SciPy's default: OS entropy)."""
+    """Keyword arguments giving eigsh a generator for ARPACK's restart vectors (the package
+    docstring, mesc_tf.postcluster); none for a seed that is not a whole number (SciPy's default: OS entropy)."""
     if not _EIGSH_TAKES_RNG or not isinstance(seed, (int, np.integer)):
         return {}
     return {"rng": np.random.default_rng(int(seed))}
