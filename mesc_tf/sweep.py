@@ -219,9 +219,10 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
     """The AutoencoderSpec for these options (same precedence as pipeline.get_autoencoder).
     ``per_dataset``: the command's --weights/--tf1-checkpoint take NAME=PATH (the experiments,
     several datasets at once), so the messages spell them so."""
-    w, t = (f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset \
-        else ("--weights", "--tf1-checkpoint")
     from mesc_tf import pipeline
+
+    w, t = ((f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset
+            else ("--weights", "--tf1-checkpoint"))
 
     if tf1_checkpoint:
         from mesc_tf.weights import tf1_prefix
@@ -464,9 +465,9 @@ def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
     ``threads`` TF threads (None: TF's own count) on this machine."""
     import tensorflow as tf
 
-    fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
     from mesc_tf.provenance import machine
 
+    fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
     here = {k: v for k, v in machine().items() if k != "platform"}
     return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
                        "train": fields, "steps": int(steps), "init_seed": int(init_seed),
@@ -496,8 +497,7 @@ def cache_load(cache_dir, key, n):
 
 def cache_store(cache_dir, key, coef, train_s):
     """Write C, then its key, each atomically: a reader never sees a half-written entry."""
-    from mesc_tf.files import save_npy
-    from mesc_tf.files import atomic_write_text
+    from mesc_tf.files import atomic_write_text, save_npy
 
     npy, meta = _cache_paths(cache_dir, key)
     save_npy(npy, coef)
