@@ -68,7 +68,7 @@ def parse_args(argv=None):
                    help="stop as soon as the relative error is at most this (0 = never)")
     s.add_argument("--initializer", choices=INITIALIZERS,
                    help="kernel initializer of a fresh auto-encoder (truncated_normal: "
-                   "stddev 0.1, as TF1's tf.truncated_normal)")
+                   "tf.truncated_normal(stddev=0.1), as TF1 scripts wrote it)")
     s.add_argument("--activation-scale", type=scale_arg, metavar="S",
                    help="finally rescale the weights so that every hidden layer's mean "
                    "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1 for 3 "
