@@ -91,6 +91,23 @@ def test_ablation_resumes_and_guards(data_env, tf1_ckpts, tmp_path):
     assert ablation.main([*argv, "--redo"])["toy"]["rows"][1]["pretrain_s"] == 13.5
 
 
+def test_ablation_rows_take_the_papers_settings():
+    """Rows 1, 3 and 7 are the main table's Our, Our w/o Net and DSC-Net-L2 (the paper's are);
+    each row without pretraining takes its pretrained row's settings."""
+    from experiments import ablation
+    from mesc_tf.config import method_settings
+
+    args = ablation.parse_args(["--datasets", "orl"])
+    rows = {i: ablation.row_settings("orl", i, args) for i in ablation.ROWS}
+    assert rows[1] == rows[2] == method_settings("orl", "our")
+    assert rows[3] == rows[4] == method_settings("orl", "our_wo_net")
+    assert rows[7] == rows[8] == method_settings("orl", "dsc_l2")
+    assert rows[5] == rows[6] == method_settings("orl", "dsc_l2").replace(framework="decoupled")
+    old = ablation.parse_args(["--datasets", "orl", "--coupled-settings", "our"])
+    assert ablation.row_settings("orl", 3, old) == method_settings("orl", "our").replace(
+        framework="coupled")
+
+
 def test_toy_affinity_statistics():
     """The figure's numbers on a hand-computed case: |C| min-max normalised, per-block variance,
     cosine similarity to the ideal block matrix."""
