@@ -141,9 +141,9 @@ def main(argv=None, cleanup=None):
             recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
             recorded = {k: recorded.get(k) for k in ("batch_size", "seed", "lr", "initializer",
                                                      "init", "dataset", "checkpoint_every")}
-            ok = {"batch_size": lambda v: isinstance(v, int) and v >= 1,
+            ok = {"batch_size": lambda v: not pretrain_problem("batch_size", v),
                   "seed": lambda v: isinstance(v, int) and v >= 0,
-                  "lr": lambda v: isinstance(v, float) and 0 < v < float("inf"),
+                  "lr": lambda v: not pretrain_problem("lr", v),
                   "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str),
                   "dataset": lambda v: isinstance(v, str),
                   "checkpoint_every": lambda v: isinstance(v, int) and v >= 1}

@@ -25,6 +25,17 @@ def pretrained_path(dataset: str) -> Path:
     return folder / f"{dataset}.h5"
 
 
+def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --no-pretrain"):
+    """:func:`pretrained_path` if that file exists, else one MescError that says how to make it
+    or which ``options`` to pass instead."""
+    path = pretrained_path(dataset)
+    if not path.is_file():
+        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
+                        f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
+                        f"or pass {options}")
+    return path
+
+
 def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_checkpoint=None,
                     no_pretrain=False):
     """The auto-encoder to fine-tune and a line saying where its weights came from.
@@ -44,11 +55,7 @@ def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_check
     if not dataset:
         raise MescError("get_autoencoder needs one of dataset=, weights=, tf1_checkpoint= or "
                         "no_pretrain=True to know which auto-encoder to use")
-    path = pretrained_path(dataset)
-    if not path.is_file():
-        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
-                        f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
-                        "or pass --weights, --tf1-checkpoint or --no-pretrain")
+    path = require_pretrained(dataset)
     return load_autoencoder(path, arch)[0], f"pretrained {path}"
 
 

@@ -222,7 +222,7 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
     from mesc_tf import pipeline
 
     w, t = ((f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset
-            else ("--weights", "--tf1-checkpoint"))
+            else ("--weights PATH", "--tf1-checkpoint PREFIX"))
 
     if tf1_checkpoint:
         from mesc_tf.weights import tf1_prefix
@@ -235,17 +235,13 @@ def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=
                             f"{prefix.name}.data-*); give the prefix without .index/.data")
         return AutoencoderSpec("tf1", str(prefix), _sha256([index, *data]))
     if weights:
-        path = Path(weights).expanduser().absolute()
-        if not path.is_file():
-            why = "is a folder" if path.is_dir() else "not found"
-            raise MescError(f"auto-encoder file {path} {why}; give an existing .h5 with {w}")
+        from mesc_tf.weights import require_h5
+
+        path = require_h5(Path(weights).expanduser().absolute(), w)
         return AutoencoderSpec("weights", str(path), _sha256([path]))
     if no_pretrain:
         return AutoencoderSpec("none")
-    path = pipeline.pretrained_path(dataset)
-    if not path.is_file():
-        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
-                        f"`make pretrain-{dataset}`, or pass {w}, {t} or --no-pretrain")
+    path = pipeline.require_pretrained(dataset, f"{w}, {t} or --no-pretrain")
     return AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path]))
 
 

@@ -62,14 +62,20 @@ def _strip_checkpoint_suffix(path) -> str:
     return re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", str(path))
 
 
+def require_h5(path, how="make one with experiments/pretrain.py") -> Path:
+    """``path`` as a Path if it is a file, else one MescError: not found or a folder, and
+    ``how`` to get one."""
+    path = Path(path)
+    if not path.is_file():
+        found = "is a folder" if path.is_dir() else "not found"
+        raise MescError(f"auto-encoder file {path} {found}; give an existing .h5 file ({how})")
+    return path
+
+
 def _open_h5(path, mode="r"):
     import h5py
 
-    path = Path(path)
-    if mode == "r" and not path.is_file():
-        found = "is a folder" if path.is_dir() else "not found"
-        raise MescError(f"auto-encoder file {path} {found}; give an existing .h5 file "
-                        "(make one with experiments/pretrain.py)")
+    path = require_h5(path) if mode == "r" else Path(path)
     try:
         return h5py.File(path, mode)
     except OSError as e:

@@ -79,7 +79,7 @@ def test_invalid_setting_in_grid_is_refused():
 def test_a_missing_auto_encoder_names_the_options_as_the_command_takes_them(tmp_path,
                                                                             monkeypatch):
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
-    with pytest.raises(MescError, match="pass --weights, --tf1-checkpoint or --no-pretrain"):
+    with pytest.raises(MescError, match="pass --weights PATH, --tf1-checkpoint PREFIX or --no-pretrain"):
         sweep.resolve_autoencoder("orl")
     with pytest.raises(MescError, match="--weights orl=PATH, --tf1-checkpoint orl=PREFIX or"):
         sweep.resolve_autoencoder("orl", per_dataset=True)
