@@ -339,8 +339,8 @@ def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])  # one-line errors
     p.add_argument("--datasets", type=_csv(DATASETS), default=list(DATASETS),
                    help=f"comma-separated (default {','.join(DATASETS)})")
-    p.add_argument("--repeats", type=int, help="timed fine-tuning steps (default per dataset)")
-    p.add_argument("--warmup", type=int, help="untimed first steps (default per dataset)")
+    p.add_argument("--repeats", type=cli.at_least(1), help="timed fine-tuning steps (default per dataset)")
+    p.add_argument("--warmup", type=cli.at_least(0), help="untimed first steps (default per dataset)")
     p.add_argument("--jit", type=_csv(("off", "on")), default=["off", "on"],
                    help="jit_compile modes to time (default off,on)")
     p.add_argument("--post", type=_csv(("fast", "strict", "reference")),
@@ -352,16 +352,13 @@ def parse_args(argv=None):
     p.add_argument("--coef", metavar="DIR", help="post-cluster DIR/<dataset>.npy where it exists")
     p.add_argument("--e2e", action="store_true",
                    help="first run MNIST-10k end to end (experiments/run.py) and report its peak RSS")
-    p.add_argument("--e2e-epochs", type=int, help="fine-tuning steps of the --e2e run (default 127)")
+    p.add_argument("--e2e-epochs", type=cli.at_least(1), help="fine-tuning steps of the --e2e run (default 127)")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="write all figures here")
     # Internal: one dataset in this process, post-clustering the C in --coef-file if given.
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--coef-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name, low in (("repeats", 1), ("warmup", 0), ("e2e_epochs", 1)):
-        if getattr(args, name) is not None and getattr(args, name) < low:
-            p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     if args.e2e_epochs is not None and not args.e2e:
         p.error("--e2e-epochs needs --e2e (the end-to-end run it sets)")
     if args.coef is not None and not Path(args.coef).is_dir():

@@ -51,8 +51,8 @@ def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="orl,coil20,eyaleb,mnist",
                    help="comma-separated (default orl,coil20,eyaleb,mnist)")
-    p.add_argument("--n", type=int, help="images per batch (default: the dataset's size)")
-    p.add_argument("--repeats", type=int, default=15, help="timed calls per route (default 15)")
+    p.add_argument("--n", type=cli.at_least(1), help="images per batch (default: the dataset's size)")
+    p.add_argument("--repeats", type=cli.at_least(1), default=15, help="timed calls per route (default 15)")
     p.add_argument("--jit", action="store_true", help="compile every timed route with XLA")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="also write the figures here")
@@ -62,10 +62,6 @@ def parse_args(argv=None):
     if unknown or not args.datasets:
         p.error(f"--datasets: unknown {', '.join(unknown) or '(none given)'}; choose from "
                 f"{', '.join(DATASETS)}")
-    if args.n is not None and args.n < 1:
-        p.error(f"--n must be >= 1, got {args.n}")
-    if args.repeats < 1:
-        p.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.json:  # before the work, not after
         CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     return args

@@ -336,20 +336,17 @@ def parse_args(argv=None):
     e.add_argument("--out", required=True, help="folder for the exported files")
     e.add_argument("--datasets", type=_csv(tuple(KNOWN)), default=list(DATASETS),
                    help=f"comma-separated (default {','.join(DATASETS)})")
-    e.add_argument("--steps", type=int, default=3, help="steps TensorFlow runs as the reference")
+    e.add_argument("--steps", type=cli.at_least(1), default=3, help="steps TensorFlow runs as the reference")
     e.add_argument("--seed", type=cli.seed_arg, default=0)
     t = sub.add_parser("time", help="compile and time the exported programs with JAX")
     t.add_argument("--dir", required=True, help="folder written by export")
     t.add_argument("--datasets", type=_csv(tuple(KNOWN)),
                    help="comma-separated (default: every dataset exported in --dir)")
-    t.add_argument("--warmup", type=int, default=5)
-    t.add_argument("--repeats", type=int, default=50)
+    t.add_argument("--warmup", type=cli.at_least(0), default=5)
+    t.add_argument("--repeats", type=cli.at_least(1), default=50)
     t.add_argument("--json", help="write the report here (after each dataset)")
     args = p.parse_args(argv)
     parser = e if args.command == "export" else t
-    for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1)):
-        if getattr(args, name, low) < low:
-            parser.error(f"--{name} must be >= {low}, got {getattr(args, name)}")
     if args.command == "export" and Path(args.out).exists() and not Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a file; give a folder for the exported programs")
     if args.command == "time":

@@ -133,7 +133,7 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
         p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(methods),
                        metavar="M", help=f"method presets (default: {' '.join(methods)}; any of "
                        f"{', '.join(METHODS)})")
-    p.add_argument("--epochs", type=int, help="fine-tuning steps for every run (default: each "
+    p.add_argument("--epochs", type=cli.at_least(0), help="fine-tuning steps for every run (default: each "
                    "method's setting in mesc_tf/config.py)")
     p.add_argument("--set", action="append", default=[], metavar="[SCOPE.]FIELD=VALUE",
                    help="override one setting of mesc_tf/config.Settings (reg1, reg2, lr, thr, "
@@ -141,9 +141,9 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
                         "dsc_l1.reg1=10; an ablation row, e.g. row5.reg2=1); repeatable")
     p.add_argument("--data-dir", help="folder holding the dataset files "
                    "(default: $MESC_DATA_DIR, then ./data)")
-    p.add_argument("--classes", type=int, metavar="K",
+    p.add_argument("--classes", type=cli.at_least(1), metavar="K",
                    help="keep only the first K classes of each dataset (a smaller problem)")
-    p.add_argument("--per-class", type=int, metavar="M",
+    p.add_argument("--per-class", type=cli.at_least(1), metavar="M",
                    help="keep only the first M samples of each kept class")
     p.add_argument("--weights", action="append", default=[], metavar="[DATASET=]PATH",
                    help="auto-encoder .h5 (default: pretrained/<dataset>.h5); repeat as "
@@ -179,12 +179,6 @@ def finish_args(p, args, scopes=tuple(METHODS), fixed=()):
                 setattr(args, k, SMOKE[k])
     args.seeds = seeds_of(args.seeds, SMOKE["seeds"] if args.smoke else args.default_seeds)
     args.datasets = list(dict.fromkeys(args.datasets))
-    for k in ("classes", "per_class"):
-        v = getattr(args, k)
-        if v is not None and v < 1:
-            p.error(f"--{k.replace('_', '-')} must be >= 1")
-    if args.epochs is not None and args.epochs < 0:
-        p.error("--epochs must be >= 0")
     if args.no_pretrain and (args.weights or args.tf1_checkpoint):
         p.error("--no-pretrain cannot be combined with --weights or --tf1-checkpoint")
     try:

@@ -44,17 +44,13 @@ def parse_args(argv=None):
     p.add_argument("--out", help="output folder (default experiments/results/autoencoders; "
                    "required with --max-epochs, so that a smoke test never writes there)")
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=cli.at_least(1), default=1,
                    help="parallel cells, as table.py's --jobs (default 1); more than 1 runs each "
                         "with one BLAS thread, which can move ORL's labels "
                         "(experiments/results/README.md, Reproducibility)")
-    p.add_argument("--max-epochs", type=int, metavar="N",
+    p.add_argument("--max-epochs", type=cli.at_least(1), metavar="N",
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (as table.py)")
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        p.error("--jobs must be >= 1")
-    if args.max_epochs is not None and args.max_epochs < 1:
-        p.error("--max-epochs must be >= 1")
     if args.out is None and args.max_epochs is not None:
         p.error("--max-epochs (a smoke test) needs --out DIR: it would replace rows of the "
                 "committed comparison in experiments/results/autoencoders")

@@ -35,7 +35,7 @@ def parse_args(argv=None):
     cli.add_settings_args(p, post=False)
     p.add_argument("--tf1-checkpoint", default="original", metavar="PREFIX",
                    help="TF1 checkpoint prefix (default: the authors' one of the dataset)")
-    p.add_argument("--samples", type=int, metavar="N",
+    p.add_argument("--samples", type=cli.at_least(2), metavar="N",
                    help="use N images instead of all: every (len // N)-th from the first, so "
                         "spread over the dataset for N up to len/2 (the first N above)")
     p.add_argument("--against", metavar="FILE.npy",
@@ -45,8 +45,6 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
-    if args.samples is not None and args.samples < 2:
-        p.error(f"--samples must be 2 or more, got {args.samples}")
     from mesc_tf.weights import tf1_prefix
 
     args.tf1_checkpoint = tf1_prefix(args.dataset, args.tf1_checkpoint)

@@ -49,7 +49,7 @@ def parse_args(argv=None):
                    "rescale it)")
     p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
-    p.add_argument("--checkpoint-every", type=int, metavar="N",
+    p.add_argument("--checkpoint-every", type=cli.at_least(1), metavar="N",
                    help="save the training state every N steps (for --resume)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted pretraining")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard logs to DIR")
@@ -74,8 +74,6 @@ def parse_args(argv=None):
                    "|activation| is S, or S1,S2,... one per hidden layer (enc_0 ... dec_1 for 3 "
                    "layers); reconstructions do not change (0 = off)")
     args = p.parse_args(argv)
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        p.error("--checkpoint-every must be >= 1")
     if args.max_steps == 0 and not args.init:
         p.error("--max-steps 0 trains nothing: give --init H5 to rescale that auto-encoder")
     for name in ("lr", "max_steps", "batch_size", "patience", "min_delta", "lr_patience",

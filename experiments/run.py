@@ -42,7 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--save-coef", metavar="PATH", help="save C after the last step (.npy, float32)")
     p.add_argument("--out", help="run directory (default: runs/<dataset>-...-<time>)")
     p.add_argument("--force", action="store_true", help="overwrite a finished run in --out")
-    p.add_argument("--checkpoint-every", type=int, metavar="N",
+    p.add_argument("--checkpoint-every", type=cli.at_least(1), metavar="N",
                    help="save the full training state every N steps into <out>/checkpoint "
                    "(kept after the run, so that --resume --epochs M can extend it; C and "
                    "Adam's slots: 12 n² bytes)")
@@ -55,8 +55,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.resume and not args.out:
         p.error("--resume needs --out DIR, the directory of the run to resume")
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        p.error("--checkpoint-every must be >= 1")
     if args.tf1_checkpoint:  # 'original' → the path, for the records as well
         from mesc_tf.weights import tf1_prefix
 

@@ -51,9 +51,9 @@ def parse_args(argv=None):
                    help="settings the grid starts from (config.method_settings; default our)")
     common.add_seeds_arg(p, (0,), "seeds of the clustering (and, with --no-pretrain, of the "
                          "he_normal start)")
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+    p.add_argument("--jobs", type=cli.at_least(1), default=min(2, os.cpu_count() or 1),
                    help="parallel worker processes (default: 2, or 1 on a 1-core machine)")
-    p.add_argument("--threads-per-job", type=int,
+    p.add_argument("--threads-per-job", type=cli.at_least(1),
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1, else TF's own)")
     p.add_argument("--out", help="results file, JSON lines "
                    "(default experiments/results/sweeps/<dataset>.jsonl)")
@@ -67,7 +67,7 @@ def parse_args(argv=None):
                    help="keep each trained C in DIR (n×n float32 .npy, 23 MB for EYaleB, 400 MB "
                    "for MNIST) and reuse it: a later sweep of thr, subspace_dim, power, variant "
                    "or seeds on the same training skips the fine-tuning")
-    p.add_argument("--top", type=int, default=10, help="rows of the final summary (default 10)")
+    p.add_argument("--top", type=cli.at_least(1), default=10, help="rows of the final summary (default 10)")
     p.add_argument("--retry-errors", action="store_true",
                    help="rerun trials whose line records a clustering error")
     p.add_argument("--dry-run", action="store_true",
@@ -77,12 +77,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.dry_run and args.summary_only:
         p.error("--dry-run and --summary-only both run nothing; give one of them")
-    if args.jobs < 1:
-        p.error("--jobs must be >= 1")
-    if args.threads_per_job is not None and args.threads_per_job < 1:
-        p.error("--threads-per-job must be >= 1")
-    if args.top < 1:
-        p.error("--top must be >= 1")
     from mesc_tf import sweep
     from mesc_tf.errors import MescError
 

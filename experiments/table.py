@@ -88,10 +88,10 @@ def parse_args(argv=None):
     p.add_argument("--tf1-checkpoint", action="append", metavar="DATASET=PREFIX",
                    help="original TF1 checkpoint for one dataset; PREFIX 'original' is the "
                    "authors' checkpoint of that dataset (e.g. eyaleb=original)")
-    p.add_argument("--jobs", type=int, default=1, help="cells run in parallel (default 1)")
-    p.add_argument("--threads-per-job", type=int,
+    p.add_argument("--jobs", type=cli.at_least(1), default=1, help="cells run in parallel (default 1)")
+    p.add_argument("--threads-per-job", type=cli.at_least(1),
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
-    p.add_argument("--max-epochs", type=int, metavar="N",
+    p.add_argument("--max-epochs", type=cli.at_least(1), metavar="N",
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (cells are flagged)")
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
     args = p.parse_args(argv)
@@ -109,12 +109,6 @@ def parse_args(argv=None):
         p.error(str(e))
     if set(args.weights) & set(args.tf1_checkpoint):
         p.error("give --weights or --tf1-checkpoint for a dataset, not both")
-    if args.jobs < 1:
-        p.error("--jobs must be >= 1")
-    if args.threads_per_job is not None and args.threads_per_job < 1:
-        p.error("--threads-per-job must be >= 1")
-    if args.max_epochs is not None and args.max_epochs < 1:
-        p.error("--max-epochs must be >= 1")
     if args.out is None and args.max_epochs is not None:
         p.error("--max-epochs (a smoke test) needs --out DIR: it would replace cells of the "
                 "committed table in experiments/results")

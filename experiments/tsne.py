@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
-from mesc_tf import files  # noqa: E402
+from mesc_tf import cli, files  # noqa: E402
 
 NAME = "tsne"
 METHODS = ("dsc_l1", "dsc_l2", "our")
@@ -30,7 +30,7 @@ METHODS = ("dsc_l1", "dsc_l2", "our")
 
 def parse_args(argv=None):
     p = common.parser(NAME, __doc__, datasets=("mnist",), seeds=(0, 1, 2), methods=METHODS)
-    p.add_argument("--tsne-samples", type=int, metavar="N",
+    p.add_argument("--tsne-samples", type=cli.at_least(5), metavar="N",
                    help="images in the t-SNE (default 5000; all with --smoke); scores use all")
     p.add_argument("--perplexity", type=float, default=30.0, help="t-SNE perplexity (default 30)")
     p.add_argument("--color-by", choices=("cluster", "truth"), default="cluster",
@@ -38,8 +38,6 @@ def parse_args(argv=None):
     args = common.finish_args(p, p.parse_args(argv))
     if args.tsne_samples is None and not args.smoke:
         args.tsne_samples = 5000
-    if args.tsne_samples is not None and args.tsne_samples < 5:
-        p.error("--tsne-samples must be >= 5")
     if not 0 < args.perplexity < float("inf"):
         p.error("--perplexity must be a finite number > 0")
     return args

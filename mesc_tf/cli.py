@@ -45,6 +45,22 @@ def seed_arg(text) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def at_least(low):
+    """argparse type of a whole number >= low; its error names the option and the value."""
+
+    def whole(text) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {text!r}") \
+                from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return whole
+
+
 def add_settings_args(p, post=True):
     """Options that override a dataset's settings (config.Settings); None keeps the config.
     ``post=False``: the fine-tuning settings only (a script that does not cluster)."""

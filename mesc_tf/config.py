@@ -25,8 +25,6 @@ import numbers
 import operator
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from mesc_tf.errors import MescError
 
 FRAMEWORKS = ("decoupled", "coupled")
@@ -45,8 +43,9 @@ def _check_choice(what, value, choices):
         raise MescError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
 
 
-def _whole(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+def is_whole(value) -> bool:
+    """An int or NumPy integer, not a bool (True would pass for 1)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _flag(field_name) -> str:
@@ -74,7 +73,7 @@ class Architecture:
         shape = tuple(self.image_shape)
         if len(shape) == 3 and shape[2] == 1:  # (h, w, 1): the one channel named
             shape = shape[:2]
-        if len(shape) != 2 or not all(_whole(s) and s > 0 for s in shape):
+        if len(shape) != 2 or not all(is_whole(s) and s > 0 for s in shape):
             raise MescError(f"architecture image_shape must be (height, width) of one-channel "
                             f"images, got {self.image_shape}")
         object.__setattr__(self, "image_shape", tuple(int(s) for s in shape))
@@ -85,10 +84,10 @@ class Architecture:
             )
         # Odd kernels only, as in every released architecture: a stride-2 'SAME' transposed
         # conv with an even kernel cannot mirror an odd-sized encoder activation.
-        if not all(_whole(k) and k >= 1 and k % 2 == 1 for k in self.kernels):
+        if not all(is_whole(k) and k >= 1 and k % 2 == 1 for k in self.kernels):
             raise MescError(f"architecture kernel sizes must be odd whole numbers (3, 5, ...), "
                             f"got {self.kernels}")
-        if not all(_whole(c) and c >= 1 for c in self.channels):
+        if not all(is_whole(c) and c >= 1 for c in self.channels):
             raise MescError(f"architecture channels must be whole numbers >= 1, "
                             f"got {self.channels}")
         object.__setattr__(self, "kernels", tuple(int(k) for k in self.kernels))
@@ -169,7 +168,7 @@ def _real(value) -> bool:
 
 
 def _whole_at_least(low):
-    return (lambda v: _whole(v) and v >= low), f"a whole number >= {low}"
+    return (lambda v: is_whole(v) and v >= low), f"a whole number >= {low}"
 
 
 # What each numeric Pretrain field must be: Pretrain, experiments/pretrain.py and the estimator
@@ -181,7 +180,7 @@ PRETRAIN_BOUNDS = {
     "min_delta": (lambda v: _real(v) and 0 <= v < math.inf, "a finite number >= 0"),
     "lr_patience": _whole_at_least(0),  # 0: the rate is never halved
     "target": (lambda v: v is None or (_real(v) and 0 <= v < 1), "in [0, 1)"),
-    "batch_size": (lambda v: v is None or (_whole(v) and v >= 1), "a whole number >= 1"),
+    "batch_size": (lambda v: v is None or (is_whole(v) and v >= 1), "a whole number >= 1"),
 }
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from mesc_tf.config import get_config
+from mesc_tf.config import get_config, is_whole
 from mesc_tf.errors import MescError, one_line
 
 ENV_VAR = "MESC_DATA_DIR"
@@ -313,7 +313,7 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
         )
     n_img, n_subj = Y.shape[1:]
     k = n_subj if n_subjects is None else n_subjects
-    if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 1 <= k <= n_subj):
+    if not (is_whole(k) and 1 <= k <= n_subj):
         raise MescError(
             f"eyaleb: n_subjects must be a whole number in 1..{n_subj}, got {n_subjects!r}"
         )

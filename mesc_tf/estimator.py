@@ -19,7 +19,6 @@ Subspace clustering is transductive: it clusters the images it is fitted on and 
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 import time
 import warnings
@@ -30,7 +29,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from mesc_tf.config import (Architecture, Pretrain, Settings, check_post_method, check_seed,
-                            get_config, pretrain_problem)
+                            get_config, is_whole, pretrain_problem)
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError, one_line
 
@@ -212,14 +211,14 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
     def _seed(self):
         rs = self.random_state
-        if _is_int(rs):
+        if is_whole(rs):
             return check_seed(rs, "random_state")
         if rs is None or isinstance(rs, np.random.RandomState):  # None: NumPy's global one
             return int(check_random_state(rs).randint(2**31 - 1))
         raise MescError(f"random_state must be None, an int or a numpy RandomState, got {rs!r}")
 
     def _n_clusters(self) -> int:
-        if not _is_int(self.n_clusters) or self.n_clusters < 1:
+        if not is_whole(self.n_clusters) or self.n_clusters < 1:
             raise MescError(f"n_clusters must be a whole number >= 1, got {self.n_clusters!r}")
         return int(self.n_clusters)
 
@@ -227,7 +226,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if self.image_shape is None:
             return None
         shape = tuple(self.image_shape) if np.ndim(self.image_shape) == 1 else ()
-        if len(shape) != 2 or not all(_is_int(s) and s >= 1 for s in shape):
+        if len(shape) != 2 or not all(is_whole(s) and s >= 1 for s in shape):
             raise MescError(f"image_shape must be (height, width), got {self.image_shape!r}")
         return tuple(int(s) for s in shape)
 
@@ -244,9 +243,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                             "for the default architecture")
         kernels = _int_tuple(self.kernels, "kernels")
         channels = _int_tuple(self.channels, "channels")
-        if len(kernels) == 1 and _is_int(self.kernels):
+        if len(kernels) == 1 and is_whole(self.kernels):
             kernels = kernels * len(channels)
-        if len(channels) == 1 and _is_int(self.channels):
+        if len(channels) == 1 and is_whole(self.channels):
             channels = channels * len(kernels)
         return Architecture(tuple(image_shape), kernels, channels)
 
@@ -345,7 +344,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         from mesc_tf.training import latent_codes
 
         check_is_fitted(self, "encoder_")
-        if not _is_int(batch_size) or batch_size < 1:
+        if not is_whole(batch_size) or batch_size < 1:
             raise MescError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         x = self._validate_images(X, image_shape=self.image_shape_, training=False)
         return latent_codes(self.encoder_, x, batch_size)
@@ -380,13 +379,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         super().__setstate__(state)
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _int_tuple(value, name) -> tuple[int, ...]:
-    values = (value,) if _is_int(value) else tuple(value) if np.ndim(value) == 1 else None
-    if not values or not all(_is_int(v) and v >= 1 for v in values):
+    values = (value,) if is_whole(value) else tuple(value) if np.ndim(value) == 1 else None
+    if not values or not all(is_whole(v) and v >= 1 for v in values):
         raise MescError(f"{name} must be a whole number >= 1 or a non-empty sequence of them, "
                         f"got {value!r}")
     return tuple(int(v) for v in values)

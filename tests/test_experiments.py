@@ -251,7 +251,7 @@ def test_confusion_counts():
     ("sensitivity", ["--set", "our.reg2=7"], "sets reg2 itself"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
-    ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples must be 2 or more"),
+    ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples: must be >= 2, got 1"),
     ("faithfulness", ["--dataset", "orl", "--thr", "0.1"], "unrecognized arguments: --thr"),
     ("tsne", ["--perplexity", "nan"], "--perplexity must be a finite number > 0"),
     ("faithfulness", ["--dataset", "orl", "--json", ""], "--json is empty"),

@@ -140,6 +140,39 @@ def files(tmp_path_factory):
 
 # --- every bad input: one line, status 2, nothing written ---------------------------------------
 
+# Every count option: (script, words before it, option, least value); cli.at_least checks them.
+COUNTS = [
+    ("experiments/run.py", [], "--checkpoint-every", 1),
+    ("experiments/pretrain.py", [], "--checkpoint-every", 1),
+    ("experiments/table.py", [], "--jobs", 1), ("experiments/table.py", [], "--max-epochs", 1),
+    ("experiments/sweep.py", [], "--threads-per-job", 1), ("experiments/sweep.py", [], "--top", 1),
+    ("experiments/compare_autoencoders.py", [], "--jobs", 1),
+    ("experiments/faithfulness.py", [], "--samples", 2),
+    ("experiments/tsne.py", [], "--tsne-samples", 5), ("experiments/tsne.py", [], "--epochs", 0),
+    ("experiments/ablation.py", [], "--per-class", 1),
+    ("benchmarks/bench.py", [], "--warmup", 0), ("benchmarks/conv_routes.py", [], "--n", 1),
+    ("benchmarks/xla_step.py", ["export"], "--steps", 1),
+    ("benchmarks/xla_step.py", ["time"], "--repeats", 1),
+]
+
+
+@pytest.mark.parametrize("script, before, option, low", COUNTS,
+                         ids=[f"{s.split('/')[1]}{o}" for s, _, o, _ in COUNTS])
+def test_count_options_take_whole_numbers_from_their_least(script, before, option, low, capsys,
+                                                          monkeypatch):
+    monkeypatch.syspath_prepend(str((ROOT / script).parent))  # xla_step imports bench
+    spec = importlib.util.spec_from_file_location(f"_counts_{Path(script).stem}", ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for value, needle in [(low - 1, f"{option}: must be >= {low}, got {low - 1}"),
+                          ("2.5", f"{option}: must be a whole number >= {low}, got '2.5'")]:
+        with pytest.raises(SystemExit) as e:
+            module.parse_args([*before, option, str(value)])
+        assert e.value.code == 2
+        assert_one_error_line(capsys.readouterr().err, needle)
+    assert cli.at_least(low)(str(low)) == low
+
+
 ORL = ["--dataset", "orl", "--no-pretrain", "--epochs", "2"]
 
 

@@ -563,8 +563,8 @@ def test_table_refuses_empty_lists_and_paths(argv, needle, capsys):
 def test_table_and_compare_ae_check_their_counts(capsys):
     table, compare = _script("table"), _script("compare_autoencoders")
     for mod, argv, needle in [
-        (table, ["--threads-per-job", "0"], "--threads-per-job must be >= 1"),
-        (compare, ["--max-epochs", "0", "--out", "/tmp/x"], "--max-epochs must be >= 1"),
+        (table, ["--threads-per-job", "0"], "--threads-per-job: must be >= 1, got 0"),
+        (compare, ["--max-epochs", "0", "--out", "/tmp/x"], "--max-epochs: must be >= 1, got 0"),
         (compare, ["--max-epochs", "2"], "needs --out DIR"),
     ]:
         with pytest.raises(SystemExit) as e:
