@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import warnings
 from pathlib import Path
 
 import h5py
@@ -310,6 +311,18 @@ def test_validate_images():
     expect_error("3 labels for 2 images", validate_images, x, y=[1, 2, 3])
     expect_error("1 distinct classes", validate_images, x, y=[1, 1], n_clusters=2)
     expect_error("must be numbers", validate_images, np.array([["a"]]))
+    expect_error("clustering needs at least 2", validate_images, np.ones((1, 4, 4)), n_clusters=1)
+    with warnings.catch_warnings():  # zero pixels (every real dataset has them) are no warning
+        warnings.simplefilter("error")
+        validate_images(np.stack([np.zeros((4, 5)), np.ones((4, 5))]))
+
+
+def test_fea_stored_one_sample_per_column_is_read_the_same(tmp_path):
+    fea = np.random.default_rng(0).integers(0, 256, (400, 1024)).astype(np.uint8)
+    gnd = np.repeat(np.arange(1, 41), 10)[:, None]
+    scipy.io.savemat(str(tmp_path / "ORL_32x32.mat"), {"fea": fea.T, "gnd": gnd})
+    np.testing.assert_array_equal(load_dataset("orl", tmp_path).x[7, :, :, 0],
+                                  fea[7].reshape(32, 32))
 
 
 # --- the real files (../shared/data beside the repo) -----------------------------------------

@@ -47,6 +47,19 @@ def test_entropy_every_regime():
                                rtol=1e-6)
 
 
+
+def test_entropy_gradient_passes_the_clip_bounds():
+    """At C = 1 and C = 1e-12 the gradient is autodiff's of the released C·ln clip(C): clip
+    passes its gradient at both bounds (½(ln 1 + 1) and ½(ln 1e-12 + 1))."""
+    c = tf.Variable(np.array([[1.0, 1e-12, 0.5, 2.0, -0.5]], np.float32))
+    with tf.GradientTape() as tape:
+        got = tape.gradient(losses.entropy(c), c).numpy()
+    with tf.GradientTape() as tape:
+        released = 0.5 * tf.reduce_sum(c * tf.math.log(tf.clip_by_value(c, 1e-12, 1.0)))
+    np.testing.assert_allclose(got, tape.gradient(released, c).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got[0, :2], [0.5, 0.5 * (math.log(1e-12) + 1)], rtol=1e-5)
+
+
 def test_other_regularisers():
     c = C_KNOWN
     np.testing.assert_allclose(float(losses.l1(as_tf(c))), np.abs(c).sum(), rtol=1e-6)

@@ -54,6 +54,9 @@ def test_mismatched_cluster_counts():
     np.testing.assert_array_equal(mapped[[0, 1, 3, 4, 5]], [0, 0, 1, 1, 1])
     assert mapped[2] not in (0, 1)  # the unmatched cluster counts as wrong
     assert accuracy(y, more) == pytest.approx(5 / 6)
+    first = np.array([5, 6, 6, 7, 7])  # the unmatched cluster is the first: still wrong
+    assert best_map([1, 0, 0, 1, 1], first)[0] not in (0, 1)
+    assert accuracy([1, 0, 0, 1, 1], first) == pytest.approx(4 / 5)
     assert purity(y, more) == pytest.approx(1.0)
     fewer = np.zeros(6, dtype=int)  # 1 cluster, 2 classes
     assert accuracy(y, fewer) == pytest.approx(0.5)

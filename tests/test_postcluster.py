@@ -63,6 +63,9 @@ def test_thrC_keeps_input_and_ratio_one_copies():
     C0 = C.copy()
     out = thrC(C, 1.0)
     assert out is not C and np.array_equal(out, C0)
+    c32 = np.random.default_rng(0).random((3, 3)).astype(np.float32)
+    c32[:, 0] = [1.0, 4e-8, 4e-8]  # its float32 sum rounds to 1.0: ratio 1 still keeps all
+    np.testing.assert_array_equal(thrC(c32, 1.0), c32)
     thrC(C, 0.1)
     assert np.array_equal(C, C0)
 
@@ -205,6 +208,14 @@ def test_same_seed_same_labels_and_timings():
     strict = cluster(C, 4, 0.1, 3, 8.0, "mesc", seed=3, method="strict")
     np.testing.assert_array_equal(strict, post_proC(thrC(C, 0.1), 4, 3, 8.0, "mesc", seed=3))
     assert set(times) == {"thrc_s", "svd_s", "spectral_s"} and min(times.values()) >= 0
+
+
+def test_rank_is_d_times_k_plus_one_below_n():
+    from mesc_tf.postcluster.reference import rank, svd_embedding
+
+    assert rank(4, 3, 100) == 13 and rank(40, 3, 20) == 19
+    C = np.abs(np.random.default_rng(0).standard_normal((30, 30)))
+    assert svd_embedding(C, 4, 3).shape == (30, 13)
 
 
 def test_rank_clipped_below_n():

@@ -146,6 +146,8 @@ def test_minibatches_take_each_pass_in_a_new_order_and_resume_exactly():
                                                     minibatches(ids, b, seed=4).take(5)]))
     with pytest.raises(MescError, match="between 1 and the 10 samples"):
         minibatches(ids, 11)
+    whole = next(iter(minibatches(ids, n))).numpy().ravel()  # B = n: every sample once
+    assert sorted(whole) == list(range(n))
 
 
 def test_minibatch_pretraining_learns_and_resumes_exactly(x, tmp_path):

@@ -95,6 +95,21 @@ def test_whole_number_settings_are_stored_as_int():
             Settings(epochs=bad)
 
 
+def test_settings_bounds():
+    """Zero weights are allowed (the ablations); a zero d, power or thr, or an infinite lr, is
+    refused before any training; seeds span 0..2³²−1; paper_lambdas is reg / 4."""
+    from mesc_tf.config import Architecture, check_seed, paper_lambdas
+
+    Settings(reg1=0.0, reg2=0.0, recon_scale=0.0)
+    for bad in ({"subspace_dim": 0}, {"power": 0.0}, {"lr": float("inf")}, {"thr": 0.0}):
+        with pytest.raises(MescError, match=f"{next(iter(bad))} .* must be"):
+            Settings(**bad)
+    assert check_seed(2**32 - 1) == 2**32 - 1
+    with pytest.raises(MescError, match="image_shape"):
+        Architecture((0, 32), (3,), (5,))
+    assert paper_lambdas(1.0, 0.1) == pytest.approx((0.25, 0.025))
+
+
 def test_cli_bad_grid_is_one_line_exit_2():
     p = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--dataset", "orl",
                         "--grid", "reg1=1 bogus=2", "--dry-run"], capture_output=True, text=True,
