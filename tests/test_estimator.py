@@ -427,3 +427,42 @@ def test_fits_in_a_loop_do_not_warn_of_retracing():
         tf.get_logger().removeHandler(handler)
     assert not [m for m in seen if "retracing" in m], seen
     assert "another warning" in seen
+
+
+def test_post_method_reaches_the_post_clustering():
+    """post_method='reference' (or 'strict') is the route fit runs, not only a checked value."""
+    x, _ = union_of_subspaces(seed=0)
+    params = dict(epochs=2, pretrain_steps=0, thr=0.2, subspace_dim=3, power=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # clusters may be left empty
+        ref = MESCClustering(3, post_method="reference", **params).fit(x)
+        fast = MESCClustering(3, **params).fit(x)
+    assert ref.postcluster_info_["method"] == "reference"
+    assert fast.postcluster_info_["method"] == "fast"
+    np.testing.assert_array_equal(ref.coef_, fast.coef_)
+
+
+def test_an_int_channels_is_repeated_to_the_kernels_length():
+    """channels=8 with kernels=(3, 5): one 8-channel layer per kernel."""
+    arch = MESCClustering(2, kernels=(3, 5), channels=8)._architecture((10, 10))
+    assert arch == Architecture((10, 10), (3, 5), (8, 8))
+
+
+def test_pretrain_steps_zero_fine_tunes_from_the_seeded_initialisation():
+    """pretrain_steps=0 is run.py --no-pretrain: no pretraining runs, pretrain_info_ is None
+    and the source says so."""
+    x, _ = union_of_subspaces(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est = MESCClustering(3, epochs=0, pretrain_steps=0, thr=0.2, subspace_dim=3,
+                             power=1.0).fit(x)
+    assert est.pretrain_info_ is None and est.timings_["pretrain_s"] == 0.0
+    assert not est.weights_source_.startswith("pretrained")
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (16, 0)])
+def test_image_shape_with_a_zero_side_is_refused_by_name(shape):
+    """image_shape needs two sides >= 1; a 0 is refused naming image_shape."""
+    x = np.random.default_rng(0).random((6, 0)).astype(np.float32)
+    with pytest.raises(MescError, match="image_shape must be"):
+        MESCClustering(2, image_shape=shape).fit(x)

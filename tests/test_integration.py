@@ -16,9 +16,11 @@ from scipy.sparse.linalg import ArpackError
 
 from mesc_tf import pipeline, postcluster
 from mesc_tf.postcluster import reference as pc_ref
-from mesc_tf.config import Architecture, Settings
+from mesc_tf.config import Architecture, Settings, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
+from mesc_tf.model import ConvAutoEncoder
+from mesc_tf.weights import read_tf1_checkpoint, save_autoencoder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -173,3 +175,37 @@ def test_run_py_takes_a_table_rows_settings(shared_data, tmp_path, monkeypatch, 
     assert saved["method"] == "dsc_l2" and saved["settings"] == want.to_dict()
     assert want.framework == "coupled" and want.regularizer == "l2"
     assert "settings: " + str(want.to_dict()) in capsys.readouterr().out
+
+
+def test_run_clusters_with_the_settings_and_the_seed(monkeypatch):
+    """pipeline.run passes its seed and the settings' thr, d, power and variant to the
+    post-clustering. From pretrained
+    weights the seed only seeds the clustering: without it every seed gives one result."""
+    from mesc_tf import postcluster
+
+    seen = {}
+    real = postcluster.cluster
+
+    def spy(coef, n_clusters, **kwargs):
+        seen.update(kwargs)
+        return real(coef, n_clusters, **kwargs)
+
+    monkeypatch.setattr(postcluster, "cluster", spy)
+    x = np.random.default_rng(0).random((12, 16, 16, 1)).astype(np.float32)
+    s = Settings(framework="decoupled", regularizer="entropy", reg1=1.0, reg2=1.0, lr=1e-3,
+                 epochs=1, coef_init=1e-4, thr=0.2, subspace_dim=2, power=3.0, variant="dsc")
+    ae = ConvAutoEncoder(Architecture((16, 16), (3,), (4,))).build_for_input()
+    pipeline.run(x, None, 3, s, ae, seed=7, verbose=0)
+    assert {k: seen[k] for k in ("thr", "subspace_dim", "power", "variant", "seed")} == dict(
+        thr=0.2, subspace_dim=2, power=3.0, variant="dsc", seed=7)
+
+
+def test_get_autoencoder_takes_the_tf1_checkpoint_before_weights(synthetic_tf1, tmp_path):
+    """The documented precedence: tf1_checkpoint, then weights."""
+    arch = get_config("orl").arch
+    other = save_autoencoder(ConvAutoEncoder(arch).build_for_input(), tmp_path / "w.h5")
+    ae, source = pipeline.get_autoencoder(arch, weights=other,
+                                          tf1_checkpoint=synthetic_tf1["orl"])
+    assert source.startswith("TF1 checkpoint")
+    _, weights = read_tf1_checkpoint(synthetic_tf1["orl"], arch.image_shape)
+    np.testing.assert_array_equal(ae.get_layer("enc_0").kernel.numpy(), weights["enc_0"][0])

@@ -232,3 +232,37 @@ def test_progress_bar_shows_every_loss_term(capsys):
     assert "3/3" in out and "step" in out
     for term in ("loss", "recon", "reg", "selfexp"):
         assert f"{term}: {history[term][-1]:.4f}" in out, term
+
+
+def test_configure_runtime_switches_tf32_off_and_determinism_on():
+    """TF32 off (the references ran without it, pitfall 4) and op determinism on; off again
+    with deterministic=False."""
+    from tensorflow.python.framework import config as tf_config
+
+    from mesc_tf.training import configure_runtime
+
+    try:
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        configure_runtime(0, deterministic=False)
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+        assert not tf_config.is_op_determinism_enabled()
+        configure_runtime(0)
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+        assert tf_config.is_op_determinism_enabled()
+    finally:
+        configure_runtime(0)
+
+
+def test_loss_weighs_reg_by_reg1_and_selfexp_by_reg2():
+    """loss = recon + reg1·reg + reg2·selfexp with the settings' weights: ORL's MESC settings
+    have reg1 0.5, which the faithfulness tests (reg1 1) cannot tell from 1."""
+    from mesc_tf.model import MESCNet
+
+    arch = Architecture(image_shape=(8, 8), kernels=(3,), channels=(2,))
+    x = np.random.default_rng(0).random((6, 8, 8, 1), dtype=np.float32)
+    model = MESCNet(ConvAutoEncoder(arch).build_for_input(), 6,
+                    get_config("toy").mesc.replace(reg1=0.5, reg2=3.0))
+    terms = {k: float(v) for k, v in model.compute_terms(x).items()}
+    assert all(abs(terms[k]) > 0 for k in ("recon", "reg", "selfexp"))
+    assert terms["loss"] == pytest.approx(
+        terms["recon"] + 0.5 * terms["reg"] + 3.0 * terms["selfexp"], rel=1e-6)

@@ -552,3 +552,92 @@ def test_fast_route_repeats_on_degenerate_C(C):
     runs = [pc.cluster(C.astype(np.float32), 6, 0.2, 3, 1.0, "dsc", seed=0) for _ in range(3)]
     for labels in runs[1:]:
         np.testing.assert_array_equal(labels, runs[0])
+
+
+@pytest.mark.parametrize("power", [0.5, 0.25])
+def test_powers_below_one_give_the_reference_affinity_and_labels(power):
+    """post_proC's exponent may be any positive number (Settings allows power > 0): the in-place
+    affinity must raise to powers below 1 too, not only above."""
+    U = normalize(np.random.default_rng(3).standard_normal((200, 12)))
+    np.testing.assert_allclose(pc_fast._affinity_inplace(U, power),
+                               pc_ref.affinity_from_embedding(U, power), atol=1e-12)
+    C, _ = trained_like(1)
+    info = {}
+    fast = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=1, info=info)
+    ref = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=1, method="reference")
+    if not info["ill_posed"]:
+        np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.filterwarnings("ignore:Graph is not fully connected")
+def test_isolated_sample_in_the_affinity_is_sklearns():
+    """A sample with no positive affinity to any other (its row of U·Uᵀ is ≤ 0 off the diagonal)
+    is an isolated node: csgraph's Laplacian gives it degree 1, not 0 (a 0 would divide by zero
+    and fill L with NaN). The in-place step must still return sklearn's labels."""
+    C, _ = trained_like(2)
+    L = pc.affinity(pc.thrC(C, 0.2), 5, 4, 2.0, "mesc")
+    L[0, 1:] = 0.0
+    L[1:, 0] = 0.0
+    for seed in (0, 1):
+        want = pc.spectral(L, 5, seed)
+        got = pc_fast._spectral_inplace(L.copy(), 5, seed, {})
+        np.testing.assert_array_equal(got, want)
+
+
+def test_strict_recomputes_with_the_lu_above_the_cholesky_size(monkeypatch):
+    """Above SI_LU_MAX_N the fast route's spectral step takes a Cholesky factor (labels equal
+    sklearn's to rounding only); strict's recomputation must take sklearn's LU there too, as
+    documented, so that its labels are the reference's bit for bit."""
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
+    C, _ = trained_like(0, noise=0.0)  # block-diagonal after thrC: ill-posed, strict recomputes
+    info = {}
+    strict = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=3, method="strict", info=info)
+    assert info["fallback"] == "reference affinity"
+    assert info["spectral"] == "sklearn's ARPACK shift-invert (LU), in place"
+    np.testing.assert_array_equal(
+        strict, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=3, method="reference"))
+
+
+def test_svd_fallback_is_flagged_and_strict_gives_the_reference(monkeypatch):
+    """Where the fast SVD gives up (ill-determined rank-r subspace, ARPACK failure) and the
+    reference svds runs instead, the labels are flagged ill_posed whatever the spectral step
+    finds, so that strict recomputes."""
+    monkeypatch.setattr(pc_fast, "_svd_embedding_fast", lambda *args, **kwargs: None)
+    C, _ = trained_like(0)  # well-posed: the spectral step alone would not flag it
+    info = {}
+    pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=0, info=info)
+    assert info["svd"] == "reference svds (fallback)" and info["ill_posed"] is True
+    info = {}
+    strict = pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=0, method="strict", info=info)
+    assert info["fallback"] == "reference affinity"
+    np.testing.assert_array_equal(
+        strict, pc.cluster(C, 5, 0.2, 4, 1.0, "mesc", seed=0, method="reference"))
+
+
+def test_rank_n_minus_1_above_the_dense_size_falls_back_to_svds(monkeypatch):
+    """Above DENSE_SVD_MAX_N ARPACK needs k = r + 1 < n; with r clipped to n − 1 (d·K + 1 ≥ n − 1)
+    it cannot run, and the reference svds (k = r < n) must be used instead of eigsh raising."""
+    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 0)
+    C = np.random.default_rng(0).random((12, 12))
+    info = {}
+    labels = pc.cluster(C, 4, 0.5, 3, 1.0, seed=0, info=info)  # r = min(13, 11) = 11
+    assert info["svd"] == "reference svds (fallback)" and info["ill_posed"]
+    assert labels.shape == (12,)
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_thrC_ratio_zero_is_taken(method):
+    """ratio 0 is a valid thrC setting (each column keeps its largest entry; the check says
+    ">= 0"): cluster() runs on it instead of refusing it."""
+    C, _ = trained_like(0)
+    labels = pc.cluster(C, 5, 0.0, 4, 1.0, "mesc", seed=0, method=method)
+    assert labels.shape == (C.shape[0],)
+    np.testing.assert_array_equal(pc.thrC(C, 0.0) != 0, pc.thrC(C, 1e-9) != 0)
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_power_zero_is_one_clear_error(method):
+    """power 0 makes every affinity 1 (Z⁰): refused like a negative power, by name."""
+    C, _ = trained_like(0)
+    with pytest.raises(MescError, match="power must be a finite number > 0, got 0"):
+        pc.cluster(C, 5, 0.2, 4, 0, "mesc", method=method)

@@ -12,6 +12,7 @@ import tensorflow as tf
 from mesc_tf import pipeline
 from mesc_tf.config import Architecture, Pretrain
 from mesc_tf.errors import MescError
+from mesc_tf.model import ConvAutoEncoder
 from mesc_tf.training import (channel_activity, configure_runtime, hidden_activation_means,
                               relative_error)
 from mesc_tf.weights import load_autoencoder, save_autoencoder
@@ -389,3 +390,51 @@ def test_shipped_autoencoder_meets_the_reconstruction_bar(name, shared_data, tf1
     if meta.get("activation_scale"):  # rescaled after training: the recorded scale holds
         np.testing.assert_allclose(hidden_activation_means(ours, x), meta["activation_scale"],
                                    rtol=1e-3)
+
+
+def test_lr_patience_stops_halving_at_a_thousandth(x):
+    """ReduceLROnPlateau's floor is lr/1000: 12 halvings (1/4096) stop at 1/1000."""
+    from mesc_tf.training import configure_runtime
+
+    configure_runtime(0)
+    _, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=13, patience=100,
+                                                  min_delta=1.0, lr_patience=1), verbose=0)
+    assert info["final_lr"] == pytest.approx(1e-2 / 1000)
+
+
+def test_checkpoint_every_saves_at_that_step(x, tmp_path):
+    """checkpoint_every=2: the backup holds step 2 when step 3 begins, nothing before."""
+    import keras
+
+    from mesc_tf.training import configure_runtime
+
+    seen = []
+    backup = tmp_path / "ckpt"
+
+    class Look(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            state = backup / "state.json"
+            seen.append(json.loads(state.read_text())["epoch"] if state.exists() else None)
+
+    configure_runtime(0)
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import fit_steps
+
+    net = PretrainNet(ConvAutoEncoder(ARCH).build_for_input())
+    net(tf.constant(x[:1]))
+    fit_steps(net, x, 5, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=2,
+              callbacks=[Look()])
+    assert seen == [None, None, 2, 2, 4]
+    assert json.loads((backup / "state.json").read_text())["epoch"] == 5
+
+
+def test_dead_channels_are_only_those_never_on(monkeypatch):
+    """A latent channel on at a few positions (here 0.5 %) is alive: only a channel off for
+    every image and pixel counts as dead."""
+    from mesc_tf import training
+
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    activity = {layer.name: np.ones(layer.filters) for layer in ae.named_layers}
+    activity["enc_1"] = np.array([0.0, 0.005, 1e-6, 0.5, 0.0, 1.0])
+    monkeypatch.setattr(training, "channel_activity", lambda *a, **k: activity)
+    assert training.dead_channels(ae, np.zeros((1, 16, 16, 1), np.float32)) == [0, 4]

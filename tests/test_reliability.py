@@ -31,7 +31,7 @@ import scipy.io
 from mesc_tf import cli
 from mesc_tf.config import get_config
 from mesc_tf.errors import MescError
-from mesc_tf.files import size_text
+from mesc_tf.files import read_backup_state, size_text
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -936,3 +936,120 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(files, tmp_path, capsys, mon
     assert_one_error_line(err, f"cannot write {tmp_path / 'r' / 'results.json'}",
                           "No space left on device", "the disk is full")
     assert not list(tmp_path.iterdir())
+
+
+# --- output folders, cleanup and signals ------------------------------------------------------
+
+
+def _fail(exc):
+    def main():
+        raise exc
+    return main
+
+
+def test_an_existing_out_folder_is_not_removed_when_the_run_fails(tmp_path, capsys):
+    """--out naming a folder that was already there (the user's, with other files in it) is
+    not on the cleanup list: a failed run removes only what it made."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    path, made = cli.prepare_out_dir(out, "x")
+    assert path == out and made == []
+    with pytest.raises(SystemExit):
+        cli.main_guard(_fail(MescError("bad input")), made)
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_ctrl_c_removes_a_failed_runs_outputs_too(tmp_path, capsys):
+    """Ctrl-C (and SIGTERM) cleans up as an error does: a run folder without a checkpoint goes,
+    one with a checkpoint stays for --resume."""
+    plain, resumable = tmp_path / "plain", tmp_path / "resumable"
+    plain.mkdir()
+    (resumable / "checkpoint").mkdir(parents=True)
+    (resumable / "checkpoint" / "state.json").write_text("{}")
+    for exc, code in ((KeyboardInterrupt(), 130), (cli.Terminated(), 143)):
+        plain.mkdir(exist_ok=True)
+        with pytest.raises(SystemExit) as e:
+            cli.main_guard(_fail(exc), [plain, resumable])
+        assert e.value.code == code
+        assert not plain.exists() and (resumable / "checkpoint" / "state.json").exists()
+
+
+def test_main_guard_restores_the_sigterm_handler(capsys):
+    """main_guard turns SIGTERM into an exception only while main runs; afterwards (a script
+    run in-process, a test) the caller's handler is back."""
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert cli.main_guard(lambda: 7) == 7
+        assert signal.getsignal(signal.SIGTERM) is mine
+        with pytest.raises(SystemExit):
+            cli.main_guard(_fail(MescError("bad")))
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_force_lets_an_existing_output_file_be_overwritten(tmp_path):
+    """prepare_out_file refuses an existing file unless --force."""
+    coef = tmp_path / "C.npy"
+    coef.write_bytes(b"old")
+    with pytest.raises(MescError, match="already exists.*--force"):
+        cli.prepare_out_file(coef)
+    assert cli.prepare_out_file(coef, force=True) == []
+    assert coef.read_bytes() == b"old"
+
+
+def test_resume_takes_a_folder_that_holds_results(tmp_path):
+    """A finished run's folder is refused without --force or --resume, taken with either."""
+    out = tmp_path / "done"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    with pytest.raises(MescError, match="already holds a finished run"):
+        cli.prepare_out_dir(out, "x")
+    for flags in ({"force": True}, {"resume": True}):
+        assert cli.prepare_out_dir(out, "x", **flags) == (out, [])
+
+
+def test_a_checkpoint_state_without_seconds_reads_as_zero(tmp_path):
+    """state.json written before the "seconds" key existed still resumes, with 0 training
+    seconds."""
+    (tmp_path / "state.json").write_text(json.dumps({"weights": "w.weights.h5", "epoch": 5}))
+    state = read_backup_state(tmp_path)
+    assert state["epoch"] == 5 and state["seconds"] == 0.0 and state["weights"] == "w.weights.h5"
+
+
+def test_cleanup_removes_every_parent_folder_it_made(tmp_path):
+    """A failed run into a new deep path (a/b/c) leaves none of the folders it made: parents go
+    deepest first, so each is empty when its turn comes."""
+    out, made = cli.prepare_out_dir(tmp_path / "a" / "b" / "c", "x")
+    (out / "partial.txt").write_text("")
+    cli._remove(made)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_unwritable_output_leaves_no_folders_behind(tmp_path, monkeypatch):
+    """The write probe failing after the folders were made (a read-only mount, a quota):
+    one MescError, and the folders the check made are removed again."""
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)
+    with pytest.raises(MescError, match="is not writable"):
+        cli.prepare_out_dir(tmp_path / "new" / "run", "x")
+    with pytest.raises(MescError, match="cannot write output file"):
+        cli.prepare_out_file(tmp_path / "other" / "deep" / "C.npy")
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_empty_path_among_repeated_options_is_refused(capsys):
+    """--weights given twice, once empty: the same one-line error as a single empty path."""
+    p = cli.ArgumentParser(prog="x")
+    p.add_argument("--weights", action="append", default=[])
+    assert p.parse_args(["--weights", "a.h5"]).weights == ["a.h5"]
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["--weights", "a.h5", "--weights", ""])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == "error: --weights is empty; give a path; see x --help\n"

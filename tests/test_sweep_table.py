@@ -619,3 +619,89 @@ def test_table_with_missing_data_creates_no_folder(tmp_path):
         table.main(["--datasets", "eyaleb", "--data-dir", str(tmp_path / "data"), "--out",
                     str(tmp_path / "t")])
     assert not (tmp_path / "t").exists()
+
+
+def _rec(reg1, seed, acc, nmi=None, error=None):
+    return {"dataset": "toy", "autoencoder_id": "none", "seed": seed, "error": error,
+            "settings": Settings(reg1=reg1).to_dict(), "timings": {},
+            "metrics": None if error else {"acc": acc, "nmi": acc if nmi is None else nmi}}
+
+
+def test_coef_cache_key_holds_every_training_field_and_the_step_count():
+    """Two C's share a cache entry only when all that trained them is the same: each training
+    field but epochs (a snapshot's step count stands for it), the step count, the initial seed
+    and the thread count."""
+    base = Settings()
+    key = sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 10)
+    changed = {"framework": "coupled", "regularizer": "l1", "reg1": base.reg1 * 2,
+               "reg2": base.reg2 * 2, "lr": base.lr * 2, "coef_init": base.coef_init * 2,
+               "recon_scale": base.recon_scale * 2}
+    assert set(changed) == set(sweep.TRAIN_FIELDS) - {"epochs"}
+    for field, value in changed.items():
+        assert sweep.coef_cache_key("toy", "weights:" + "0" * 16, base.replace(**{field: value}),
+                                    10) != key, field
+    others = [sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 20),
+              sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 10, init_seed=1),
+              sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 10, threads=1),
+              sweep.coef_cache_key("orl", "weights:" + "0" * 16, base, 10),
+              sweep.coef_cache_key("toy", "weights:" + "1" * 16, base, 10)]
+    assert len({key, *others}) == 6
+    # epochs is not in it (the step count is), nor are the post-clustering fields.
+    assert sweep.coef_cache_key("toy", "weights:" + "0" * 16, base.replace(epochs=99, thr=0.5),
+                                10) == key
+
+
+def test_trial_key_tells_seeds_apart_so_resume_runs_the_missing_ones():
+    """A sweep resumed with more seeds runs only the seeds not yet in the file."""
+    s = Settings()
+    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    done = sweep.done_keys([{"dataset": "toy", "autoencoder_id": ae.ident, "seed": 0,
+                             "settings": s.to_dict()}])
+    groups, skipped = sweep.plan([s], [0, 1, 2], ae, "toy", done)
+    assert skipped == 1 and [t.seed for g in groups for t in g.trials] == [1, 2]
+
+
+def test_retry_errors_reruns_only_the_failed_trials():
+    """done_keys(retry_errors=True) leaves failed trials out of the done set (so --retry-errors
+    runs them again); by default they count as done."""
+    ok, failed = _rec(1.0, 0, 0.5), _rec(1.0, 1, None, error="ArpackError: no convergence")
+    assert sweep.done_keys([ok, failed]) == {sweep.record_key(ok), sweep.record_key(failed)}
+    assert sweep.done_keys([ok, failed], retry_errors=True) == {sweep.record_key(ok)}
+
+
+def test_json_lines_without_a_trials_keys_are_not_taken_as_records(tmp_path):
+    """A line that parses as JSON but lacks a trial's keys (dataset, autoencoder_id, settings,
+    seed) is not a record: read_records counts it as unreadable instead of handing it to
+    done_keys/summarize, which would fail on it with a KeyError traceback."""
+    out = tmp_path / "s.jsonl"
+    sweep.append_jsonl(out, _rec(1.0, 0, 0.5))
+    with open(out, "a") as f:
+        f.write(json.dumps({"dataset": "toy", "acc": 0.9}) + "\n")
+    records, bad = sweep.read_records(out)
+    assert [r["seed"] for r in records] == [0] and bad == 1
+    assert len(sweep.done_keys(records)) == 1 and len(sweep.summarize(records)) == 1
+
+
+def test_summary_std_is_the_sample_std():
+    """ACC/NMI spread over seeds is the sample std (ddof 1), as the tables show it."""
+    st = sweep.stats([0.8, 0.9])
+    assert st["std"] == pytest.approx(0.1 / 2 ** 0.5) and st["median"] == pytest.approx(0.85)
+    assert sweep.stats([0.7])["std"] == 0.0
+
+
+def test_summary_ties_on_median_acc_go_to_median_nmi_before_mean_acc():
+    """Equal median ACC: median NMI decides, before mean ACC (the documented order)."""
+    records = [_rec(1.0, 0, 0.5, 0.9), _rec(1.0, 1, 0.5, 0.9), _rec(1.0, 2, 0.2, 0.9),
+               _rec(2.0, 0, 0.5, 0.1), _rec(2.0, 1, 0.5, 0.1), _rec(2.0, 2, 0.9, 0.1)]
+    assert [r["settings"]["reg1"] for r in sweep.summarize(records)] == [1.0, 2.0]
+
+
+def test_summary_keeps_only_the_given_keys_and_top_rows():
+    """summarize(keys=...) ranks only those trials (the current grid in --summary-only) and
+    format_summary shows the best ``top`` rows (--top)."""
+    records = [_rec(r, s, 0.1 * r) for r in (1.0, 2.0, 3.0) for s in (0, 1)]
+    keys = {sweep.record_key(r) for r in records if r["settings"]["reg1"] != 3.0}
+    rows = sweep.summarize(records, keys)
+    assert [r["settings"]["reg1"] for r in rows] == [2.0, 1.0]
+    text = sweep.format_summary(sweep.summarize(records), top=2)
+    assert len(text.splitlines()) == 3  # the header and two rows

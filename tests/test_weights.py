@@ -1,6 +1,9 @@
 """Auto-encoder weights on disk: the project's .h5 files and the authors' TF1 checkpoints
 (reference-facts §1.3, pitfall 11)."""
 
+import json
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -262,3 +265,114 @@ def test_readme_h5_example_runs_as_written(readme_example):
     code, scope = readme_example("Saved auto-encoders are")
     assert "float32 (400, 32, 32, 1)" in code and scope["images"].shape == (400, 32, 32, 1)
     assert "(400, 4, 4, 5)" in code and tuple(scope["z"].shape) == (400, 4, 4, 5)
+
+
+def _save_tensors(prefix, tensors):
+    names = list(tensors)
+    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.convert_to_tensor(tensors[k]) for k in names])
+
+
+def _tf1_tensors(arch):
+    """The tensors of a TF1 checkpoint for ``arch`` (as synthetic.write_tf1_checkpoint)."""
+    ae = ConvAutoEncoder(arch).build_for_input()
+    n = len(arch.kernels)
+    t = {f"enc_w{i}": ae.encoder_layers[i].kernel.numpy() for i in range(n)}
+    t.update({f"dec_w{j}": ae.decoder_layers[j].kernel.numpy() for j in range(n)})
+    for k, layer in enumerate(ae.named_layers):
+        t["Variable" if k == 0 else f"Variable_{k}"] = np.random.default_rng(k).standard_normal(
+            layer.bias.shape).astype(np.float32)
+    return t
+
+
+
+
+
+
+def test_tf1_checkpoint_with_adam_slots_reads_its_layers(tmp_path):
+    """A checkpoint saved by a TF1 training with Adam also holds enc_w0/Adam, enc_w0/Adam_1, …:
+    only enc_w<i> count as layers."""
+    t = _tf1_tensors(ARCH)
+    slots = {f"{k}/{s}": np.zeros_like(v) for k, v in t.items() for s in ("Adam", "Adam_1")}
+    _save_tensors(tmp_path / "adam.ckpt", {**t, **slots, "beta1_power": np.float32(0.9)})
+    arch, weights = read_tf1_checkpoint(tmp_path / "adam.ckpt", ARCH.image_shape)
+    assert arch == ARCH
+    np.testing.assert_array_equal(weights["enc_0"][0], t["enc_w0"])
+    np.testing.assert_array_equal(weights["dec_2"][1], t["Variable_5"])
+
+
+def test_tf1_checkpoint_named_by_its_meta_file(tmp_path):
+    """TF1 Savers also write model.ckpt.meta; naming it stands for the prefix, as .index and
+    .data-* do."""
+    t = _tf1_tensors(ARCH)
+    _save_tensors(tmp_path / "m.ckpt", t)
+    arch, weights = read_tf1_checkpoint(f"{tmp_path / 'm.ckpt'}.meta", ARCH.image_shape)
+    assert arch == ARCH
+    np.testing.assert_array_equal(weights["dec_0"][0], t["dec_w0"])
+
+
+def test_tf1_checkpoint_of_another_model(tmp_path):
+    """A checkpoint with no enc_w* at all (another model): 'lacks tensors ['enc_w0']', not an
+    empty architecture's error."""
+    _save_tensors(tmp_path / "other.ckpt", {"dense/kernel": np.zeros((3, 3), np.float32)})
+    with pytest.raises(MescError, match=r"lacks tensors \['enc_w0'\].*not a DSC-Net/MESC"):
+        read_tf1_checkpoint(tmp_path / "other.ckpt", (32, 32))
+
+
+def test_h5_extra_layer_is_refused(saved):
+    """A layer the architecture does not have (a damaged or hand-edited file) is refused, not
+    silently dropped."""
+    _, path = saved
+    with h5py.File(path, "a") as f:
+        f["enc_3/kernel"] = np.zeros((3, 3, 5, 5), np.float32)
+        f["enc_3/bias"] = np.zeros(5, np.float32)
+    with pytest.raises(MescError, match="holds layers .*enc_3.* needs"):
+        load_autoencoder(path, ARCH)
+
+
+@pytest.mark.parametrize("damage", ["no architecture", "architecture without channels"])
+def test_h5_without_its_architecture_is_damaged(saved, damage):
+    """A file whose architecture attribute is missing or lacks a field: one MescError saying
+    it is damaged, not a KeyError traceback."""
+    _, path = saved
+    with h5py.File(path, "a") as f:
+        if damage == "no architecture":
+            del f.attrs["architecture"]
+        else:
+            f.attrs["architecture"] = json.dumps({"image_shape": [32, 32], "kernels": [3, 3, 3]})
+    with pytest.raises(MescError, match="is damaged"):
+        load_autoencoder(path)
+
+
+def test_h5_older_format_version_is_refused(saved):
+    """Version 0 (not this reader's) is refused as 99 is."""
+    _, path = saved
+    with h5py.File(path, "a") as f:
+        f.attrs["version"] = 0
+    with pytest.raises(MescError, match="format version 0, but this mesc-tf reads version 1"):
+        load_autoencoder(path)
+
+
+def test_h5_save_is_atomic(saved, monkeypatch):
+    """Overwriting an auto-encoder file (pretrain.py over pretrained/<ds>.h5) goes through a
+    temporary file: a failed write keeps the old file whole and leaves nothing."""
+    ae, path = saved
+    before = path.read_bytes()
+    for layer in ae.named_layers:
+        layer.kernel.assign(layer.kernel + 1.0)
+
+    def crash(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(MescError, match="the disk is full"):
+        save_autoencoder(ae, path, {"dataset": "orl"})
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir()] == ["ae.h5"]
+
+
+def test_h5_save_makes_its_folder(tmp_path):
+    """save_autoencoder writes into a folder that does not exist yet."""
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    path = save_autoencoder(ae, tmp_path / "new" / "deeper" / "ae.h5")
+    assert read_autoencoder_file(path)[0] == ARCH
