@@ -339,8 +339,10 @@ def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])  # one-line errors
     p.add_argument("--datasets", type=_csv(DATASETS), default=list(DATASETS),
                    help=f"comma-separated (default {','.join(DATASETS)})")
-    p.add_argument("--repeats", type=cli.at_least(1), help="timed fine-tuning steps (default per dataset)")
-    p.add_argument("--warmup", type=cli.at_least(0), help="untimed first steps (default per dataset)")
+    p.add_argument("--repeats", type=cli.at_least(1),
+                   help="timed fine-tuning steps (default per dataset)")
+    p.add_argument("--warmup", type=cli.at_least(0),
+                   help="untimed first steps (default per dataset)")
     p.add_argument("--jit", type=_csv(("off", "on")), default=["off", "on"],
                    help="jit_compile modes to time (default off,on)")
     p.add_argument("--post", type=_csv(("fast", "strict", "reference")),
@@ -352,7 +354,8 @@ def parse_args(argv=None):
     p.add_argument("--coef", metavar="DIR", help="post-cluster DIR/<dataset>.npy where it exists")
     p.add_argument("--e2e", action="store_true",
                    help="first run MNIST-10k end to end (experiments/run.py) and report its peak RSS")
-    p.add_argument("--e2e-epochs", type=cli.at_least(1), help="fine-tuning steps of the --e2e run (default 127)")
+    p.add_argument("--e2e-epochs", type=cli.at_least(1),
+                   help="fine-tuning steps of the --e2e run (default 127)")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="write all figures here")
     # Internal: one dataset in this process, post-clustering the C in --coef-file if given.

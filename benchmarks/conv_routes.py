@@ -51,8 +51,10 @@ def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="orl,coil20,eyaleb,mnist",
                    help="comma-separated (default orl,coil20,eyaleb,mnist)")
-    p.add_argument("--n", type=cli.at_least(1), help="images per batch (default: the dataset's size)")
-    p.add_argument("--repeats", type=cli.at_least(1), default=15, help="timed calls per route (default 15)")
+    p.add_argument("--n", type=cli.at_least(1),
+                   help="images per batch (default: the dataset's size)")
+    p.add_argument("--repeats", type=cli.at_least(1), default=15,
+                   help="timed calls per route (default 15)")
     p.add_argument("--jit", action="store_true", help="compile every timed route with XLA")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="also write the figures here")

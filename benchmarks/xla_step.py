@@ -336,7 +336,8 @@ def parse_args(argv=None):
     e.add_argument("--out", required=True, help="folder for the exported files")
     e.add_argument("--datasets", type=_csv(tuple(KNOWN)), default=list(DATASETS),
                    help=f"comma-separated (default {','.join(DATASETS)})")
-    e.add_argument("--steps", type=cli.at_least(1), default=3, help="steps TensorFlow runs as the reference")
+    e.add_argument("--steps", type=cli.at_least(1), default=3,
+                   help="steps TensorFlow runs as the reference")
     e.add_argument("--seed", type=cli.seed_arg, default=0)
     t = sub.add_parser("time", help="compile and time the exported programs with JAX")
     t.add_argument("--dir", required=True, help="folder written by export")

@@ -133,8 +133,9 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
         p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(methods),
                        metavar="M", help=f"method presets (default: {' '.join(methods)}; any of "
                        f"{', '.join(METHODS)})")
-    p.add_argument("--epochs", type=cli.at_least(0), help="fine-tuning steps for every run (default: each "
-                   "method's setting in mesc_tf/config.py)")
+    p.add_argument("--epochs", type=cli.at_least(0),
+                   help="fine-tuning steps for every run (default: each method's setting in "
+                   "mesc_tf/config.py)")
     p.add_argument("--set", action="append", default=[], metavar="[SCOPE.]FIELD=VALUE",
                    help="override one setting of mesc_tf/config.Settings (reg1, reg2, lr, thr, "
                         "...) for every run, or only for one SCOPE (a method, e.g. "

@@ -67,7 +67,8 @@ def parse_args(argv=None):
                    help="keep each trained C in DIR (n×n float32 .npy, 23 MB for EYaleB, 400 MB "
                    "for MNIST) and reuse it: a later sweep of thr, subspace_dim, power, variant "
                    "or seeds on the same training skips the fine-tuning")
-    p.add_argument("--top", type=cli.at_least(1), default=10, help="rows of the final summary (default 10)")
+    p.add_argument("--top", type=cli.at_least(1), default=10,
+                   help="rows of the final summary (default 10)")
     p.add_argument("--retry-errors", action="store_true",
                    help="rerun trials whose line records a clustering error")
     p.add_argument("--dry-run", action="store_true",

@@ -88,7 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--tf1-checkpoint", action="append", metavar="DATASET=PREFIX",
                    help="original TF1 checkpoint for one dataset; PREFIX 'original' is the "
                    "authors' checkpoint of that dataset (e.g. eyaleb=original)")
-    p.add_argument("--jobs", type=cli.at_least(1), default=1, help="cells run in parallel (default 1)")
+    p.add_argument("--jobs", type=cli.at_least(1), default=1,
+                   help="cells run in parallel (default 1)")
     p.add_argument("--threads-per-job", type=cli.at_least(1),
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
     p.add_argument("--max-epochs", type=cli.at_least(1), metavar="N",

@@ -179,8 +179,8 @@ def test_run_py_takes_a_table_rows_settings(shared_data, tmp_path, monkeypatch, 
 
 def test_run_clusters_with_the_settings_and_the_seed(monkeypatch):
     """pipeline.run passes its seed and the settings' thr, d, power and variant to the
-    post-clustering. From pretrained
-    weights the seed only seeds the clustering: without it every seed gives one result."""
+    post-clustering. From pretrained weights the seed only seeds the clustering: without it every
+    seed gives one result."""
     from mesc_tf import postcluster
 
     seen = {}

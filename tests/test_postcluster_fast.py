@@ -571,9 +571,9 @@ def test_powers_below_one_give_the_reference_affinity_and_labels(power):
 
 @pytest.mark.filterwarnings("ignore:Graph is not fully connected")
 def test_isolated_sample_in_the_affinity_is_sklearns():
-    """A sample with no positive affinity to any other (its row of U·Uᵀ is ≤ 0 off the diagonal)
-    is an isolated node: csgraph's Laplacian gives it degree 1, not 0 (a 0 would divide by zero
-    and fill L with NaN). The in-place step must still return sklearn's labels."""
+    """A sample with no positive affinity to any other (its row of U·Uᵀ is ≤ 0 off the
+    diagonal) is an isolated node: csgraph's Laplacian gives it degree 1, not 0 (a 0 would divide
+    by zero and fill L with NaN). The in-place step must still return sklearn's labels."""
     C, _ = trained_like(2)
     L = pc.affinity(pc.thrC(C, 0.2), 5, 4, 2.0, "mesc")
     L[0, 1:] = 0.0
@@ -615,8 +615,9 @@ def test_svd_fallback_is_flagged_and_strict_gives_the_reference(monkeypatch):
 
 
 def test_rank_n_minus_1_above_the_dense_size_falls_back_to_svds(monkeypatch):
-    """Above DENSE_SVD_MAX_N ARPACK needs k = r + 1 < n; with r clipped to n − 1 (d·K + 1 ≥ n − 1)
-    it cannot run, and the reference svds (k = r < n) must be used instead of eigsh raising."""
+    """Above DENSE_SVD_MAX_N ARPACK needs k = r + 1 < n; with r clipped to n − 1
+    (d·K + 1 ≥ n − 1) it cannot run, and the reference svds (k = r < n) must be used instead of
+    eigsh raising."""
     monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 0)
     C = np.random.default_rng(0).random((12, 12))
     info = {}

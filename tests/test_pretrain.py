@@ -394,8 +394,6 @@ def test_shipped_autoencoder_meets_the_reconstruction_bar(name, shared_data, tf1
 
 def test_lr_patience_stops_halving_at_a_thousandth(x):
     """ReduceLROnPlateau's floor is lr/1000: 12 halvings (1/4096) stop at 1/1000."""
-    from mesc_tf.training import configure_runtime
-
     configure_runtime(0)
     _, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=13, patience=100,
                                                   min_delta=1.0, lr_patience=1), verbose=0)
@@ -406,7 +404,8 @@ def test_checkpoint_every_saves_at_that_step(x, tmp_path):
     """checkpoint_every=2: the backup holds step 2 when step 3 begins, nothing before."""
     import keras
 
-    from mesc_tf.training import configure_runtime
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import fit_steps
 
     seen = []
     backup = tmp_path / "ckpt"
@@ -417,9 +416,6 @@ def test_checkpoint_every_saves_at_that_step(x, tmp_path):
             seen.append(json.loads(state.read_text())["epoch"] if state.exists() else None)
 
     configure_runtime(0)
-    from mesc_tf.model import PretrainNet
-    from mesc_tf.training import fit_steps
-
     net = PretrainNet(ConvAutoEncoder(ARCH).build_for_input())
     net(tf.constant(x[:1]))
     fit_steps(net, x, 5, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=2,

@@ -285,10 +285,6 @@ def _tf1_tensors(arch):
     return t
 
 
-
-
-
-
 def test_tf1_checkpoint_with_adam_slots_reads_its_layers(tmp_path):
     """A checkpoint saved by a TF1 training with Adam also holds enc_w0/Adam, enc_w0/Adam_1, …:
     only enc_w<i> count as layers."""
