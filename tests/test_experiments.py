@@ -423,6 +423,9 @@ def test_figure_scripts_take_the_seed_forms_of_table_and_sweep():
     ("sensitivity", ["--lambda1", "0.1234561", "0.1234562"], "are both 0.123456"),
     ("tsne", ["--weights", "toy="], "--weights toy=: no path after '='"),
     ("ablation", ["--tf1-checkpoint", "toy="], "--tf1-checkpoint toy=: no path after '='"),
+    ("ablation", ["--no-pretrain"], "the ablation has its own non-pretrained rows"),
+    ("sensitivity", ["--lambda2", "1e308"], "must be >= 0 and finite, 4·λ included"),
+    ("tsne", ["--perplexity", "0"], "--perplexity must be a finite number > 0"),
 ])
 def test_bad_values_are_refused_before_any_output(script, argv, message, capsys, tmp_path):
     import importlib
@@ -472,3 +475,374 @@ def test_an_error_before_the_first_run_leaves_no_output_folder(tmp_path):
         ablation.main(["--datasets", "toy", "--rows", "2", "--data-dir", str(tmp_path / "none"),
                        "--epochs", "2", "--seeds", "0", "--quiet", "--out", str(out)])
     assert not list(tmp_path.iterdir())
+
+
+# --- what the figure scripts do with the runs (training faked: these check the bookkeeping) ----
+
+
+@pytest.fixture
+def fake_train(data_env, monkeypatch):
+    """common.train replaced by a stand-in that returns at once: C is the ideal block matrix of
+    the labels (every clustering is right), the history is ``history`` (per dataset name), and
+    the pretraining time 12.5 s for a pretrained source. ``calls`` lists (dataset,
+    regulariser, framework, seed, labels) per training."""
+    from types import SimpleNamespace
+
+    from experiments import common
+
+    state = SimpleNamespace(calls=[], history={}, bad=lambda settings: False, data=data_env)
+
+    def train(d, settings, src, args, seed, inspect=None):
+        state.calls.append((d.name, settings.regularizer, settings.framework, seed, d.y.tolist()))
+        coef = (d.y[:, None] == d.y[None, :]).astype(np.float32)
+        if state.bad(settings):
+            coef[0, 0] = np.nan
+        loss = state.history.get(d.name, [3.0, 2.0, 1.0])
+        history = {"loss": loss, "recon": loss, "reg": [0.0] * len(loss),
+                   "selfexp": [0.0] * len(loss)}
+        extra = None if inspect is None else np.eye(d.n, 4, dtype=np.float32) + d.y[:, None]
+        return common.Trained(coef, history, 1.0, None if src.get("no_pretrain") else 12.5,
+                              len(loss), extra)
+
+    monkeypatch.setattr(common, "train", train)
+    return state
+
+
+def test_ablation_fine_tunes_a_pretrained_row_once_and_the_others_per_seed(fake_train,
+                                                                          tmp_path):
+    from experiments import ablation
+    from mesc_tf.errors import MescError
+
+    out = tmp_path / "abl"
+    argv = [*SMOKE, "--datasets", "toy", "--rows", "8", "1", "1", "--seeds", "0", "1",
+            "--out", str(out)]
+    rows = ablation.main(argv)["toy"]["rows"]
+    # Rows in the paper's order, each once; row 1 (pretrained) trained once for both seeds.
+    assert [c[1:4] for c in fake_train.calls] == [("entropy", "decoupled", 0),
+                                                  ("l2", "coupled", 0), ("l2", "coupled", 1)]
+    assert list(rows) == [1, 8] and rows[1]["seeds"] == rows[8]["seeds"] == [0, 1]
+    runs = {f.stem: json.loads(f.read_text())["result"] for f in (out / "runs").glob("*.json")}
+    assert runs["toy-row1-seed1"]["finetune_shared_across_seeds"] is True
+    assert runs["toy-row8-seed1"]["finetune_shared_across_seeds"] is False
+    assert rows[1]["total_complete"] and rows[8]["total_complete"]
+    md = (out / "ablation.md").read_text()
+    r1, r8 = rows[1], rows[8]
+    assert (f"| {r1['total_s']:.1f} ({12.5:.1f} + {r1['total_s'] - 12.5:.1f}) |" in md)
+    assert f"| 8 | ✗ | ✗ | ✗ | 100.00 ± 0.00 | 100.00 ± 0.00 | {r8['total_s']:.1f} |" in md
+    # Other rows on the same folder: another request.
+    with pytest.raises(MescError, match="another request"):
+        ablation.main([*SMOKE, "--datasets", "toy", "--rows", "8", "--seeds", "0", "1", "--out",
+                       str(out)])
+    # Rows without pretraining need no auto-encoder file.
+    summary = ablation.main([*SMOKE, "--datasets", "toy", "--rows", "8", "--weights",
+                             f"toy={tmp_path / 'missing.h5'}", "--out", str(tmp_path / "b")])
+    assert summary["toy"]["rows"][8]["acc_mean"] == 1.0
+
+
+def test_ablation_rows_and_paper_columns():
+    """The paper's row flags (odd rows pretrained, 1-4 ME, 1, 2, 5, 6 decoupled), the
+    Frobenius rows with MESC-Net's settings, and the COIL100 paper columns."""
+    from argparse import Namespace
+
+    from experiments import ablation
+    from mesc_tf.config import method_settings
+
+    assert [i for i, r in ablation.ROWS.items() if r[2]] == [1, 3, 5, 7]
+    assert [i for i, r in ablation.ROWS.items() if r[0]] == [1, 2, 3, 4]
+    assert [i for i, r in ablation.ROWS.items() if r[1]] == [1, 2, 5, 6]
+    args = ablation.parse_args(["--datasets", "orl", "--frobenius-settings", "mesc"])
+    our_l2 = method_settings("orl", "our").replace(regularizer="l2")
+    assert ablation.row_settings("orl", 6, args) == our_l2
+    assert ablation.row_settings("orl", 7, args) == our_l2.replace(framework="coupled")
+    row = {"pretrained": False, "total_s": 2.0, "pretrain_s": None, "acc_mean": 0.5,
+           "acc_std": None, "nmi_mean": 0.5, "nmi_std": None}
+    md = ablation.markdown({"coil100": {"n": 10, "n_clusters": 2, "rows": {2: row}}},
+                           Namespace(rows=[2], seeds=[0], coupled_settings="our_wo_net",
+                                     frobenius_settings="dsc"))
+    assert "paper COIL100 ACC" in md and "| 86.00 | 92.42 | 13.27 | 69.57 | 90.31 | 2973.28 |" in md
+
+
+def test_sensitivity_defaults_and_limits():
+    from experiments import sensitivity
+
+    args = sensitivity.parse_args([])
+    assert args.lambda1 == [0.02, 0.2, 2.0] and args.lambda2 == [0.02, 0.2, 2.0, 30.0]
+    smoke = sensitivity.parse_args(["--smoke"])
+    assert smoke.lambda1 == [0.02, 2.0] and smoke.lambda2 == [0.02, 30.0]
+    assert sensitivity.parse_args(["--lambda1", "0", "1"]).lambda1 == [0.0, 1.0]  # >= 0
+
+
+def test_sensitivity_cells_seeds_and_diverged_runs(fake_train, tmp_path):
+    """Each cell trains with reg = 4·λ; a diverged C is recorded, not clustered; every seed's
+    clustering lands in its own slot; the records and the summary know their seeds."""
+    from experiments import sensitivity
+    from mesc_tf.config import get_config, paper_lambdas
+    from mesc_tf.errors import MescError
+
+    fake_train.bad = lambda settings: settings.reg2 == 8.0  # λ2 = 2 diverges
+    out = tmp_path / "sens"
+    argv = [*SMOKE, "--datasets", "orl", "--lambda1", "0.2", "--lambda2", "0.02", "2",
+            "--seeds", "0", "1", "--out", str(out)]
+    s = sensitivity.main(argv)["orl"]
+    spec = json.loads((out / "runs" / "orl-l1_0.2-l2_0.02.json").read_text())["spec"]
+    assert (spec["settings"]["reg1"], spec["settings"]["reg2"]) == (0.8, 0.08)
+    assert s["acc_mean"] == [[1.0, None]] and s["acc_std"] == [[0.0, None]]
+    assert s["cells"][1]["error"] == "C has NaN/inf (training diverged)"
+    cfg = get_config("orl").mesc
+    assert tuple(s["config_lambdas"]) == paper_lambdas(cfg.reg1, cfg.reg2) == (0.125, 1.0)
+    md = (out / "sensitivity.md").read_text()
+    assert "λ1 = 0.125, λ2 = 1)" in md and "| 0.2 | 100.00 ± 0.00 | – |" in md
+    # Other λ: another request; other seeds (even with --force): the records are refused, not
+    # reused without the new seeds' clusterings.
+    with pytest.raises(MescError, match="another request"):
+        sensitivity.main([*argv, "--lambda1", "2"])
+    with pytest.raises(MescError, match=r"other options \(seeds: \[0, 1\] vs \[0, 1, 2\]"):
+        sensitivity.main([*argv, "--seeds", "0", "1", "2", "--force"])
+
+
+def test_sensitivity_statistics_and_single_seed_markdown():
+    from argparse import Namespace
+
+    from experiments import sensitivity
+
+    a = np.array([[[0.8, 0.9], [np.nan, np.nan]]])
+    mean, std = sensitivity.stats(a)
+    assert mean[0, 0] == pytest.approx(0.85) and std[0, 0] == pytest.approx(0.1 / np.sqrt(2))
+    assert sensitivity.nan_to_none(mean) == [[pytest.approx(0.85), None]]
+    summary = {"toy": {"n": 24, "acc_mean": [[0.8]], "acc_std": [[None]],
+                       "config_lambdas": [0.25, 0.25]}}
+    md = sensitivity.markdown(summary, Namespace(seeds=[0], lambda1=[0.2], lambda2=[0.02]))
+    assert "| 0.2 | 80.00 |" in md  # one seed: no spread
+
+
+def test_convergence_summary_figures(fake_train, tmp_path):
+    """first loss, 'rises in steps 2-6' and a one-step curve, from a given history."""
+    from experiments import convergence
+
+    fake_train.history = {"toy": [1.5, 1.0, 1.0, 1.0, 1.0, 2.0, 0.5], "orl": [3.0]}
+    summary = convergence.main([*SMOKE, "--no-pretrain", "--datasets", "toy", "orl",
+                                "--out", str(tmp_path / "conv")])
+    toy, orl = summary["toy"], summary["orl"]
+    assert toy["first_loss"] == 1.5 and toy["last_loss"] == 0.5
+    assert toy["rises_at_start"] is True  # step 6 (2.0) is above the first loss
+    assert orl["steps"] == 1 and orl["rises_at_start"] is False
+    assert toy["steps_to_within_1pct"] == 7 and orl["steps_to_within_1pct"] == 1
+
+
+def test_convergence_steps_to_within():
+    from experiments.convergence import steps_to_within
+
+    assert steps_to_within([10.0, 5.0, 1.0, 1.05, 1.0], 0.01) == 3  # from step 3 on
+    assert steps_to_within([2.0, 2.0], 0.01) == 1
+    assert steps_to_within([], 0.01) is None
+
+
+def test_convergence_missing_data(fake_train, tmp_path, monkeypatch):
+    """A dataset without data is skipped (its auto-encoder not asked for, a row saying so);
+    none at all is an error."""
+    from experiments import common, convergence
+    from mesc_tf.errors import MescError
+
+    checked = []
+    monkeypatch.setattr(common, "check_sources", lambda args, names: checked.extend(names))
+    data = tmp_path / "data"  # COIL20 (hence toy) only
+    data.mkdir()
+    (data / "COIL20.mat").symlink_to(fake_train.data / "COIL20.mat")
+    out = tmp_path / "conv"
+    summary = convergence.main([*SMOKE, "--datasets", "toy", "orl", "--data-dir", str(data),
+                                "--out", str(out)])
+    assert list(summary) == ["toy"] and checked == ["toy"]
+    assert "| orl | skipped: data not found |" in (out / "convergence.md").read_text()
+    (data / "COIL20.mat").unlink()
+    with pytest.raises(MescError, match="no dataset could be loaded"):
+        convergence.main([*SMOKE, "--datasets", "toy", "--data-dir", str(data),
+                          "--out", str(tmp_path / "none")])
+
+
+def test_confusion_counts_without_a_predicted_class_and_markdown():
+    """A class no cluster was matched to has precision 0 (not NaN, which JSON cannot hold); the
+    table lists the classes (1-based) with recall below 50%, or '–'."""
+    from argparse import Namespace
+
+    from experiments import confusion
+
+    y = np.array([1, 1, 2, 2, 3, 3])
+    M, recall, precision = confusion.confusion(y, np.array([5, 5, 5, 5, 9, 9]), 3)
+    assert np.isfinite(precision).all() and np.isfinite(recall).all()
+    assert sorted(precision.tolist()) == [0.0, 0.5, 1.0]
+    assert confusion.parse_args([]).seeds == [0]  # the paper's figure: one clustering
+
+    def method(title, recall):
+        return {"title": title, "acc_mean": 0.5, "acc_std": None, "nmi_mean": 0.5,
+                "nmi_std": None, "per_seed": [{"recall": recall}]}
+
+    md = confusion.markdown({"coil20": {"n": 6, "n_clusters": 3, "methods": {
+        "dsc_l1": method("A", [1.0, 0.5, 0.25]), "our": method("B", [1.0, 0.5, 0.5])}}},
+        Namespace(seeds=[0]))
+    assert "| A | 50.00 | 50.00 | 3 |" in md and "| B | 50.00 | 50.00 | – |" in md
+
+
+def test_tsne_defaults_resume_and_request(fake_train, tmp_path, monkeypatch):
+    """5000 t-SNE points by default (all with --smoke, and never more than the images); a
+    deleted .npy is computed again; an embedding made with another perplexity is not reused."""
+    from experiments import tsne
+    from mesc_tf.errors import MescError
+
+    assert tsne.parse_args([]).tsne_samples == 5000
+    assert tsne.parse_args(["--smoke"]).tsne_samples is None
+    real, embedded = tsne.tsne, []
+    monkeypatch.setattr(tsne, "tsne", lambda f, seed, p: embedded.append(p) or real(f, seed, p))
+    out = tmp_path / "tsne"
+    argv = [*SMOKE, "--no-pretrain", "--methods", "our", "--tsne-samples", "30",
+            "--out", str(out)]
+    assert tsne.main(argv)["mnist"]["tsne_points"] == 24
+    assert len(fake_train.calls) == 1 and embedded == [30.0, 30.0]
+    (out / "runs" / "mnist-our.npy").unlink()
+    (out / "runs" / "mnist-tsne-our.npy").unlink()
+    tsne.main(argv)
+    assert len(fake_train.calls) == 2 and embedded == [30.0] * 3
+    with pytest.raises(MescError, match=r"other options \(perplexity: 30.0 vs 5.0\)"):
+        tsne.main([*argv, "--perplexity", "5", "--force"])  # not the old embedding
+
+
+def test_toy_affinity_normalisation_edge_cases():
+    import warnings
+
+    from experiments.toy_affinity import block_stats, cosine, ideal_matrix, normalised
+
+    C = np.array([[2.0, -1.0], [0.0, 4.0]])
+    np.testing.assert_allclose(normalised(C), [[0.5, 0.25], [0.0, 1.0]])  # diagonal kept
+    np.testing.assert_allclose(normalised(C, zero_diagonal=True), [[0.0, 1.0], [0.0, 0.0]])
+    assert normalised(np.full((3, 3), 0.2)).tolist() == [[0.0] * 3] * 3  # constant: no NaN
+    y = np.array([1, 1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NaN from an empty mean or a 0/0
+        assert block_stats(np.ones((3, 3)), y)[1] == 0.0  # one class: no off-diagonal entries
+        assert cosine(np.zeros((3, 3)), ideal_matrix(y)) == 0.0
+
+
+def test_toy_affinity_orders_by_class_resumes_and_guards(fake_train, tmp_path):
+    """The samples are ordered by class (MNIST's file order is not), a deleted C is computed
+    again, and another picture of C (--signed) is another request."""
+    from argparse import Namespace
+
+    from experiments import toy_affinity
+    from mesc_tf.errors import MescError
+
+    out = tmp_path / "toy"
+    argv = [*SMOKE, "--no-pretrain", "--datasets", "mnist", "--methods", "our",
+            "--out", str(out)]
+    toy_affinity.main(argv)
+    y = fake_train.calls[0][-1]
+    assert y == sorted(y) and len(set(y)) == 3
+    (out / "runs" / "mnist-our.npy").unlink()
+    toy_affinity.main(argv)
+    assert len(fake_train.calls) == 2
+    with pytest.raises(MescError, match="another request"):
+        toy_affinity.main([*argv, "--signed"])
+    # "mean in blocks" weighs each block by its number of entries.
+    blocks = [{"size": 1, "mean": 1.0, "variance": 0.0}, {"size": 3, "mean": 0.0, "variance": 0.0}]
+    r = {"blocks": blocks, "settings": {"regularizer": "entropy", "framework": "decoupled"},
+         "cosine_to_ideal": 0.5, "offdiag_mean": 0.0, "acc_mean": 1.0, "acc_std": None,
+         "nmi_mean": 1.0, "nmi_std": None}
+    md = toy_affinity.markdown({"toy": {"n": 4, "methods": {"our": r}}},
+                               Namespace(signed=False, zero_diagonal=False, seeds=[0]))
+    assert "| 0.00000 | 0.00000 | 0.1000 | 0.0000 |" in md
+
+
+def test_compare_autoencoders_names_are_case_blind_and_default_to_our(tf1_ckpts):
+    from experiments import compare_autoencoders
+
+    args = compare_autoencoders.parse_args(["--datasets", "TOY", "--tf1-dir",
+                                            str(tf1_ckpts["coil20"].parents[2])])
+    assert args.datasets == ["toy"] and args.methods == ["our"]
+
+
+def _ae_row(acc, nmi, max_epochs=None):
+    return {"acc": acc, "nmi": nmi, "seeds": [0, 1, 2], "max_epochs": max_epochs}
+
+
+def test_compare_autoencoders_md_medians_ratio_and_verdict():
+    """Medians are the headline (the mean beside them), the ratio is ours / original, 'ours ≥
+    original' needs both medians ≥, and a row with either side capped is flagged smoke."""
+    from experiments.compare_autoencoders import render_md
+
+    lsr = {"rel_lambda": [0.01, 0.1, 1.0], "acc": [[0.1, 0.8, 0.9]] * 3, "nmi": [[0.5] * 3] * 3}
+    codes = {k: {"mean_abs_code": 1.0, "lsr": lsr} for k in ("ours", "original")}
+    methods = {"our": {"ours": _ae_row([0.1, 0.8, 0.9], [0.5, 0.6, 0.7]),
+                       "original": _ae_row([0.8, 0.8, 0.8], [0.6, 0.6, 0.6], max_epochs=2)},
+               "dsc_l1": {"ours": _ae_row([0.1, 0.7, 0.9], [0.9, 0.9, 0.9]),
+                          "original": _ae_row([0.8, 0.8, 0.8], [0.1, 0.1, 0.1])}}
+    md = render_md({"toy": {"relative_error": {"ours": 0.002, "original": 0.004},
+                            "methods": methods, "codes": codes}})
+    assert "SMOKE TEST ROWS (fine-tuning capped by --max-epochs): toy/our;" in md
+    our = next(line for line in md.splitlines() if line.startswith("| toy | our |"))
+    assert our.split(" | ")[4:8] == ["0.0040", "0.50", "80.00 (60.00 ± 43.59)",
+                                     "80.00 (80.00 ± 0.00)"]
+    assert our.endswith("| yes |")  # equal medians count
+    dsc = next(line for line in md.splitlines() if line.startswith("| toy | dsc_l1 |"))
+    assert dsc.endswith("| no |")  # NMI higher, ACC lower
+    codes_md = md.split("## The codes before fine-tuning")[1]
+    lsr_row = next(line for line in codes_md.splitlines() if line.startswith("| toy |"))
+    assert lsr_row.split(" | ")[3] == "80.00 / 80.00 / 80.00"
+
+
+def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, shared_data,
+                                                                 tmp_path, monkeypatch):
+    """--force, --jobs, --max-epochs and the seeds reach both table runs; the original side
+    runs from the original checkpoint; each dataset's row is saved as soon as it is done."""
+    import importlib
+
+    from experiments import compare_autoencoders
+    from mesc_tf.weights import ORIGINAL_CHECKPOINTS
+
+    table = importlib.import_module("table")  # experiments/table.py, as compare_... imports it
+
+    tf1_dir = tf1_ckpts["coil20"].parents[2]
+    calls = []
+
+    def fake_table(argv):
+        calls.append(argv)
+        row = {"acc": [0.5], "nmi": [0.5], "seeds": [0], "max_epochs": 2}
+        return {d: {"our": row} for d in ("toy", "coil20")}
+
+    def fake_diagnostics(dataset, data_dir, tf1_prefix, seeds):
+        if dataset == "coil20":
+            raise RuntimeError("stopped in coil20's diagnostics")
+        return {k: {"relative_error": 0.01, "mean_abs_code": 1.0, "lsr": {}}
+                for k in ("ours", "original")}
+
+    monkeypatch.setattr(table, "main", fake_table)
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", fake_diagnostics)
+    out = tmp_path / "ae"
+    out.mkdir()  # the real table runs make it (out/ours)
+    with pytest.raises(RuntimeError, match="coil20"):
+        compare_autoencoders.main(["--datasets", "toy", "coil20", "--seeds", "0", "--jobs", "3",
+                                   "--max-epochs", "2", "--force", "--tf1-dir", str(tf1_dir),
+                                   "--data-dir", str(shared_data), "--out", str(out)])
+    ours, original = calls
+    for argv in calls:
+        assert "--force" in argv and argv[argv.index("--jobs") + 1] == "3"
+        assert argv[argv.index("--max-epochs") + 1] == "2"
+        assert argv[argv.index("--seeds") + 1] == "0"
+    assert "--tf1-checkpoint" not in ours and ours[ours.index("--out") + 1] == str(out / "ours")
+    assert [a for a in original if a.startswith("toy=")] == [
+        f"toy={tf1_dir / ORIGINAL_CHECKPOINTS['toy']}"]
+    assert list(json.loads((out / "autoencoders.json").read_text())) == ["toy"]
+
+
+def test_compare_autoencoders_diagnostics_key_follows_the_checkpoint_and_post_settings(
+        tf1_ckpts, synthetic_tf1, monkeypatch):
+    """Kept diagnostics are redone when the original checkpoint or the post-clustering
+    settings they were clustered with change."""
+    from types import SimpleNamespace
+
+    from experiments.compare_autoencoders import diagnostics_key
+    from mesc_tf import config
+
+    key = diagnostics_key("toy", tf1_ckpts["coil20"], [0])
+    assert diagnostics_key("toy", synthetic_tf1["coil20"], [0])["original"] != key["original"]
+    real = config.get_config("toy")
+    monkeypatch.setattr(config, "get_config",
+                        lambda d: SimpleNamespace(mesc=real.mesc.replace(thr=real.mesc.thr / 2)))
+    assert diagnostics_key("toy", tf1_ckpts["coil20"], [0]) != key

@@ -138,11 +138,17 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
     (["--against", "{tmp}/c.npy"], "not the 400×400 C"),
     (["--against", "{tmp}/missing.npy"], "cannot read --against"),
     (["--against", "{tmp}/c.txt"], "c.txt (not a .npy file); give a .npy file"),
+    (["--epochs", "1", "--against", "{tmp}/c_wide.npy"],
+     "an array of shape (400, 3), not the 400×400 C"),
+    (["--samples", "400", "--against", "{tmp}/c.npy"], "not the 400×400 C"),  # all: allowed
+    (["--samples", "3", "--epochs", "1", "--against", "{tmp}/c4.npy"], "not the 3×3 C"),
 ])
 def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, synthetic_data,
                                                 tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     np.save(tmp_path / "c.npy", np.zeros((3, 3), np.float32))
+    np.save(tmp_path / "c4.npy", np.zeros((4, 4), np.float32))  # --samples 3 takes 3, not 4
+    np.save(tmp_path / "c_wide.npy", np.zeros((400, 3), np.float32))
     (tmp_path / "c.txt").write_text("1 2 3\n")
     script = load_script("faithfulness")
     argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]),
@@ -165,6 +171,60 @@ def test_faithfulness_command_leaves_no_folder_after_an_error(synthetic_data, tm
     err = capsys.readouterr().err
     assert e.value.code == 2 and "cannot read TF1 checkpoint" in err and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_faithfulness_figures():
+    """‖a − b‖ / ‖b‖; per step |port − graph| / |graph|, 0 where both are 0, inf where only the
+    port's is."""
+    script = load_script("faithfulness")
+    assert script.relative([3.0, 4.0], [0.0, 10.0]) == pytest.approx(np.hypot(3.0, 6.0) / 10)
+    assert script.largest_step_difference([1.0, 3.0], [1.0, 2.0]) == pytest.approx(0.5)
+    assert script.largest_step_difference([0.0, 0.0], [0.0, 0.0]) == 0.0
+    assert script.largest_step_difference([0.0, 1e-9], [0.0, 0.0]) == np.inf
+
+
+def test_faithfulness_command_compares_the_right_matrices(synthetic_tf1, synthetic_data,
+                                                          tmp_path, monkeypatch):
+    """With both fine-tunings stood in for by known C's and histories: the change of C is
+    measured from coef_init, --against compares each C with the file, and --json needs --force
+    to overwrite."""
+    from types import SimpleNamespace
+
+    from mesc_tf.errors import MescError
+
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    c0 = np.float32(method_settings("orl", "our").coef_init)
+    a = np.arange(1, 17, dtype=np.float32).reshape(4, 4) * 1e-3
+    port_c, graph_c, against = c0 + a, c0 + 2 * a, c0 + 3 * a
+    port_h = {"loss": [1.0, 2.0], "recon": [1.0, 0.5], "reg": [0.0, 0.0], "selfexp": [2.0, 4.0]}
+    graph_h = {"loss": [1.0, 2.5], "recon": [1.0, 0.0], "reg": [0.0, 0.0], "selfexp": [2.0, 4.0]}
+
+    def fine_tune(x, settings, autoencoder, verbose=1):
+        assert len(x) == 4 and settings.epochs == 2
+        return SimpleNamespace(coef=SimpleNamespace(numpy=lambda: port_c)), port_h, 0.0
+
+    monkeypatch.setattr(pipeline, "fine_tune", fine_tune)
+    monkeypatch.setattr(released_graph, "finetune", lambda x, w, s: (graph_c, graph_h, None))
+    np.save(tmp_path / "against.npy", against)
+    out = tmp_path / "f.json"
+    out.write_text("{}")
+    argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]), "--samples",
+            "4", "--epochs", "2", "--against", str(tmp_path / "against.npy"), "--json", str(out)]
+    script = load_script("faithfulness")
+    with pytest.raises(MescError, match="already exists"):
+        script.main(argv)
+    figures = script.main([*argv, "--force"])
+
+    def rel(u, v):
+        return np.linalg.norm(np.float64(u) - v) / np.linalg.norm(np.float64(v))
+
+    assert figures["c"] == pytest.approx(rel(port_c, graph_c), rel=1e-6)
+    assert figures["c_change"] == pytest.approx(0.5, rel=1e-5)  # a against 2a
+    assert figures["against"]["port"] == pytest.approx(rel(port_c, against), rel=1e-6)
+    assert figures["against"]["released_graph"] == pytest.approx(rel(graph_c, against), rel=1e-6)
+    assert figures["steps"] == {"loss": pytest.approx(0.2), "recon": np.inf, "reg": 0.0,
+                                "selfexp": 0.0}
+    assert json.loads(out.read_text())["c_change"] == figures["c_change"]
 
 
 def test_orl_coupled_entropy_matches_oracle(tf1_ckpts, shared_data):

@@ -705,3 +705,231 @@ def test_summary_keeps_only_the_given_keys_and_top_rows():
     assert [r["settings"]["reg1"] for r in rows] == [2.0, 1.0]
     text = sweep.format_summary(sweep.summarize(records), top=2)
     assert len(text.splitlines()) == 3  # the header and two rows
+
+
+# --- table.py and sweep.py without training (mutation-testing gaps) ------------------------------
+
+
+def test_table_names_are_case_blind_and_counted_once():
+    """--datasets ORL,orl and --methods OUR our name one cell each, not two."""
+    args = _script("table").parse_args(["--datasets", "ORL,orl", "coil20", "--methods", "OUR",
+                                        "our"])
+    assert args.datasets == ["orl", "coil20"] and args.methods == ["our"]
+
+
+def test_table_gives_one_thread_per_job_only_with_several_jobs():
+    """--jobs 1 keeps TF's and BLAS's own thread counts (as the committed cells ran)."""
+    table = _script("table")
+    assert table.parse_args(["--datasets", "toy"]).threads_per_job is None
+    assert table.parse_args(["--datasets", "toy", "--jobs", "2"]).threads_per_job == 1
+    assert table.parse_args(["--datasets", "toy", "--jobs", "2", "--threads-per-job",
+                             "3"]).threads_per_job == 3
+
+
+def test_table_refuses_weights_and_tf1_checkpoint_for_one_dataset(capsys):
+    with pytest.raises(SystemExit) as e:
+        _script("table").parse_args(["--weights", "orl=a.h5", "--tf1-checkpoint", "orl=original"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not both" in err and err.count("\n") == 1, err
+
+
+def test_table_refuses_a_results_file_that_is_not_an_object(tmp_path):
+    path = tmp_path / "main_table.json"
+    path.write_text("[]")
+    with pytest.raises(MescError, match=r"cannot read .*main_table.json \(not a JSON object\)"):
+        _script("table").load_table(path)
+
+
+def _result(seeds, failed=(), tag="our"):
+    """A sweep.run_groups result, as a table cell's group gives it, without training."""
+    metrics = {"acc": 0.5, "nmi": 0.6, "pur": 0.7, "ari": 0.4, "nmi_max": 0.6}
+    recs = [{"seed": s, "n_samples": 216, "timings": {"post_s": 0.1},
+             "metrics": None if s in failed else {k: v + s / 100 for k, v in metrics.items()},
+             "error": "ArpackError: no convergence" if s in failed else None} for s in seeds]
+    return {"records": recs, "seconds": 2.0, "train_s": 1.0, "steps_run": 4, "tag": tag}
+
+
+def test_table_cell_leaves_a_failed_seed_out_of_the_scores_and_stays_current():
+    """A seed whose clustering failed is listed with its error, out of acc/nmi/seeds; the cell
+    still answers the same request (all seeds requested), so a rerun keeps it."""
+    from types import SimpleNamespace
+
+    table = _script("table")
+    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    s = method_settings("toy", "our")
+    res = _result([2, 0, 1], failed=(1,))  # in the order the records came, not the seeds'
+    args = SimpleNamespace(max_epochs=None, jobs=1, threads_per_job=None)
+    cell = table.make_cell(res, ae, s, [0, 1, 2], args)
+    assert cell["seeds"] == [0, 2] and cell["acc"] == [0.5, 0.52] and cell["nmi"] == [0.6, 0.62]
+    assert cell["failed_seeds"] == {"1": "ArpackError: no convergence"}
+    assert cell["seeds_requested"] == [0, 1, 2] and len(cell["post_s"]) == 3
+    assert table.cell_is_current(cell, s, [0, 1, 2], ae)
+
+
+def test_table_cell_is_recomputed_when_its_settings_or_seeds_change():
+    """config.py's settings or the --seeds changed since the cell ran: it is stale."""
+    table = _script("table")
+    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    s = method_settings("toy", "our")
+    cell = {"settings": sweep.normalized(s), "seeds_requested": [0, 1],
+            "autoencoder_id": ae.ident, "max_epochs": None}
+    assert table.cell_is_current(cell, s, [0, 1], ae)
+    assert not table.cell_is_current(cell, s.replace(reg1=s.reg1 * 2), [0, 1], ae)
+    assert not table.cell_is_current(cell, s, [0, 1, 2], ae)
+
+
+def test_table_md_median_tick_total_time_and_failed_seeds():
+    """The median (not the mean) is the headline and is ticked when, rounded as shown, it
+    equals the paper's value; the total time is the sum of the cells'; failed seeds show."""
+    mod = _script("table")
+    cell = {"acc": [0.70, 0.902499999, 0.91], "nmi": [0.5, 0.9, 0.99], "seeds": [0, 2, 3],
+            "failed_seeds": {"1": "ArpackError"}, "settings": {}, "seconds": 12.0, "steps": 127}
+    md = mod.render_md({"orl": {"our": cell, "dsc_l1": {**cell, "seconds": 30.0}}}, "")
+    row = next(line for line in md.splitlines() if line.startswith("| orl | Our (MESC-Net)"))
+    assert row.split(" | ")[2:5] == ["83.75 ± 11.91", "90.25 ✓", "90.25"]  # paper: 90.25
+    assert row.split(" | ")[6] == "90.00 ✗"
+    assert row.split(" | ")[8] == "0,2,3 (1 failed)"
+    assert "Total time of the 2 cells: 42 s" in md
+
+
+def test_table_skips_default_datasets_without_data_and_says_so(tmp_path, capsys):
+    """Without --datasets, a paper dataset whose data is missing is skipped (named in the
+    output and in main_table.md), not an error; Toy is not a paper dataset."""
+    (tmp_path / "data").mkdir()
+    out = tmp_path / "t"
+    table = _script("table").main(["--data-dir", str(tmp_path / "data"), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert table == {} and json.loads((out / "main_table.json").read_text()) == {}
+    assert "skipped orl (" in printed and "skipped mnist (" in printed
+    assert "skipped toy" not in printed and "0 cells to run, 0 kept" in printed
+    assert "Skipped (no data or auto-encoder): orl (" in (out / "main_table.md").read_text()
+
+
+def test_table_merges_every_method_it_runs_and_honours_force(synthetic_data, toy_weights,
+                                                            tmp_path, capsys, monkeypatch):
+    """Cells of several methods of one dataset all reach main_table.json, beside the cells
+    already there; the returned table has them; a rerun keeps them, --force reruns them."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    mod = _script("table")
+    ran = []
+
+    def fake_run(todo, args, data_dir):
+        for cell in todo:
+            ran.append(cell[:2])
+            yield _result(args.seeds, tag=cell[1]), cell
+
+    monkeypatch.setattr(mod, "_run", fake_run)
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "main_table.json").write_text(json.dumps({"toy": {"dsc_l2": {"acc": [0.1]}}}))
+    argv = ["--datasets", "toy", "--methods", "our,dsc_l1", "--seeds", "0,1", "--weights",
+            f"toy={toy_weights}", "--out", str(out)]
+    returned = mod.main(argv)
+    written = json.loads((out / "main_table.json").read_text())
+    assert sorted(written["toy"]) == ["dsc_l1", "dsc_l2", "our"]
+    assert returned["toy"]["our"] == written["toy"]["our"] and "dsc_l1" in returned["toy"]
+    assert written["toy"]["our"]["acc"] == [0.5, 0.51]
+    md = (out / "main_table.md").read_text()
+    assert "| toy | Our (MESC-Net) |" in md and "| toy | DSC-Net-L1 |" in md
+    capsys.readouterr()
+    mod.main(argv)
+    assert "0 cells to run, 2 kept" in capsys.readouterr().out and len(ran) == 2
+    mod.main([*argv, "--force"])
+    assert "2 cells to run, 0 kept" in capsys.readouterr().out and len(ran) == 4
+
+
+def test_sweep_defaults_jobs_top_and_threads():
+    """Two jobs (one on a 1-core machine), each with one thread; --jobs 1 keeps TF's own
+    threads; the summary shows 10 rows."""
+    script = _script("sweep")
+    args = script.parse_args(["--dataset", "toy"])
+    assert args.jobs == min(2, os.cpu_count() or 1) and args.top == 10
+    assert args.threads_per_job == (1 if args.jobs > 1 else None)
+    assert script.parse_args(["--dataset", "toy", "--jobs", "1"]).threads_per_job is None
+
+
+def _toy_rec(ident, seed, acc, dataset="toy", error=None, **changes):
+    s = method_settings("toy", "our").replace(**changes)
+    return {"dataset": dataset, "autoencoder_id": ident, "seed": seed, "error": error,
+            "settings": s.to_dict(), "timings": {},
+            "metrics": None if error else {"acc": acc, "nmi": acc}}
+
+
+def test_summary_only_keeps_the_dataset_and_the_grid(tmp_path, capsys):
+    """--summary-only ranks the trials of --dataset alone (a --no-pretrain file may hold
+    others: their auto-encoder ident is the same 'none'), and of --grid when it is given."""
+    out = tmp_path / "s.jsonl"
+    for rec in (_toy_rec("none", 0, 0.5, reg1=1.0), _toy_rec("none", 0, 0.6, reg1=2.0),
+                _toy_rec("none", 0, 0.9, dataset="orl", reg1=3.0)):
+        sweep.append_jsonl(out, rec)
+    script = _script("sweep")
+    argv = ["--dataset", "toy", "--summary-only", "--no-pretrain", "--out", str(out)]
+    script.main(argv)
+    printed = capsys.readouterr().out
+    assert printed.startswith("2 of the file's records") and "90.00" not in printed
+    assert "50.00" in printed and "60.00" in printed
+    script.main([*argv, "--grid", "reg1=1"])
+    printed = capsys.readouterr().out
+    assert "50.00" in printed and "60.00" not in printed
+
+
+def test_sweep_retry_errors_plans_the_failed_trials_again(toy_weights, tmp_path, capsys):
+    """--dry-run counts what a rerun would skip: a failed trial counts as done, unless
+    --retry-errors."""
+    ident = sweep.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+    out = tmp_path / "s.jsonl"
+    sweep.append_jsonl(out, _toy_rec(ident, 0, 0.5))
+    sweep.append_jsonl(out, _toy_rec(ident, 1, None, error="ArpackError"))
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--seeds", "0,1", "--out",
+            str(out), "--dry-run"]
+    script = _script("sweep")
+    script.main(argv)
+    assert "2 already in" in capsys.readouterr().out
+    script.main([*argv, "--retry-errors"])
+    assert "1 already in" in capsys.readouterr().out and len(sweep.read_records(out)[0]) == 2
+
+
+def test_sweep_memory_check_counts_jobs_and_snapshots(toy_weights, tmp_path, monkeypatch):
+    """The memory check before training: as many workers as groups can use (at most --jobs),
+    each holding a C per snapshot of its step sweep."""
+    calls = []
+
+    def check(dataset, n_jobs, n_snapshots):
+        calls.append((dataset, n_jobs, n_snapshots))
+        raise MescError("stop here")
+
+    monkeypatch.setattr(sweep, "memory_check", check)
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--grid", "epochs=2,4 reg1=1,2",
+            "--out", str(tmp_path / "s.jsonl")]
+    for jobs, n_jobs in (("1", 1), ("3", 2)):
+        with pytest.raises(MescError, match="stop here"):
+            _script("sweep").main([*argv, "--jobs", jobs])
+        assert calls.pop() == ("toy", n_jobs, 2)
+
+
+def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(toy_weights, tmp_path,
+                                                                      capsys, monkeypatch):
+    """The closing summary reads the file again (so it holds the trials just run) and ranks
+    only the trials of the grid asked for, not every trial in the file."""
+    ident = sweep.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+
+    def fake_run_groups(groups, out=None, **kw):
+        for g in groups:
+            for t in g.trials:
+                sweep.append_jsonl(out, _toy_rec(ident, t.seed, t.settings.thr,
+                                                 thr=t.settings.thr))
+            yield {"records": [], "coef_cache": None, "steps_run": 4, "train_s": 0.0}
+
+    monkeypatch.setattr(sweep, "run_groups", fake_run_groups)
+    out = tmp_path / "s.jsonl"
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--out", str(out)]
+
+    def summary_rows(printed):
+        return printed.split("best settings by median ACC")[1].splitlines()[2:]
+
+    script = _script("sweep")
+    script.main([*argv, "--grid", "thr=0.1,0.3"])
+    assert len(summary_rows(capsys.readouterr().out)) == 2
+    script.main([*argv, "--grid", "thr=0.1"])
+    printed = capsys.readouterr().out
+    assert "1 already in" in printed and len(summary_rows(printed)) == 1
