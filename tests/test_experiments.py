@@ -426,6 +426,7 @@ def test_figure_scripts_take_the_seed_forms_of_table_and_sweep():
     ("ablation", ["--no-pretrain"], "the ablation has its own non-pretrained rows"),
     ("sensitivity", ["--lambda2", "1e308"], "must be >= 0 and finite, 4·λ included"),
     ("tsne", ["--perplexity", "0"], "--perplexity must be a finite number > 0"),
+    ("toy_affinity", ["--no-pretrain", "--tf1-checkpoint", "x"], "cannot be combined"),
 ])
 def test_bad_values_are_refused_before_any_output(script, argv, message, capsys, tmp_path):
     import importlib
@@ -846,3 +847,148 @@ def test_compare_autoencoders_diagnostics_key_follows_the_checkpoint_and_post_se
     monkeypatch.setattr(config, "get_config",
                         lambda d: SimpleNamespace(mesc=real.mesc.replace(thr=real.mesc.thr / 2)))
     assert diagnostics_key("toy", tf1_ckpts["coil20"], [0]) != key
+def test_per_dataset_paths_take_any_case_and_the_datasets_own_path_first(tmp_path):
+    """--weights / --tf1-checkpoint: DATASET= in any case, an existing path holding '=' is a
+    bare path (not a bad dataset name), and a dataset's own path beats the bare one."""
+    from experiments.common import _per_dataset, per_dataset
+
+    odd = tmp_path / "ae=v2.h5"
+    odd.write_text("")
+    assert per_dataset(["ORL=x.h5", str(odd)], "--weights") == {"orl": "x.h5", None: str(odd)}
+    for values in (["all.h5", "orl=x.h5"], ["orl=x.h5", "all.h5"]):
+        assert _per_dataset(values, "orl", "--weights") == "x.h5"
+        assert _per_dataset(values, "coil20", "--weights") == "all.h5"
+
+
+def test_smoke_fills_in_only_the_options_not_given():
+    """--smoke: 3 classes × 8 images, 3 steps, seed 0 unless given, output under
+    results/smoke/; --redo implies --force; a dataset or method named twice runs once."""
+    from experiments import ablation, common, confusion
+
+    args = ablation.parse_args(["--smoke", "--epochs", "5", "--classes", "2"])
+    assert (args.classes, args.per_class, args.epochs, args.seeds) == (2, 8, 5, [0])
+    assert args.out == common.RESULTS_DIR / "smoke" / "ablation"
+    assert ablation.parse_args([]).out == common.RESULTS_DIR / "ablation"
+    args = ablation.parse_args(["--datasets", "orl", "ORL", "coil20", "orl", "--redo"])
+    assert args.datasets == ["orl", "coil20"] and args.force
+    args = confusion.parse_args(["--methods", "our", "dsc_l1", "our"])
+    assert args.methods == ["our", "dsc_l1"]
+
+
+def test_a_scoped_set_beats_a_global_one_and_epochs_beats_both():
+    from experiments import common, confusion
+
+    args = confusion.parse_args(["--set", "dsc_l1.reg1=2", "--set", "reg1=5", "--set",
+                                 "epochs=7", "--epochs", "4"])
+    l1 = common.configure(common.preset("coil20", "dsc_l1"), args, "dsc_l1")
+    our = common.configure(common.preset("coil20", "our"), args, "our")
+    assert (l1.reg1, our.reg1, l1.epochs, our.epochs) == (2.0, 5.0, 4, 4)
+
+
+def test_subset_keeps_the_first_classes_and_samples_in_file_order(synthetic_data):
+    """--classes K --per-class M: the first K classes, the first M images of each (file
+    order), labels 1..K; --classes alone keeps whole classes; fewer than 2 images is refused."""
+    from argparse import Namespace
+
+    from experiments.common import load_data
+    from mesc_tf.data import load_dataset
+    from mesc_tf.errors import MescError
+
+    full = load_dataset("orl", synthetic_data)  # 40 classes × 10 images, in class order
+    d = load_data("orl", Namespace(data_dir=synthetic_data, classes=2, per_class=3))
+    np.testing.assert_array_equal(d.x, full.x[[0, 1, 2, 10, 11, 12]])
+    assert d.y.tolist() == [1, 1, 1, 2, 2, 2] and d.n_clusters == 2
+    assert d.subset == {"classes": 2, "per_class": 3}
+    d = load_data("orl", Namespace(data_dir=synthetic_data, classes=3, per_class=None))
+    assert d.n == 30 and d.y.tolist() == [1] * 10 + [2] * 10 + [3] * 10
+    with pytest.raises(MescError, match="leaves fewer than 2 samples"):
+        load_data("orl", Namespace(data_dir=synthetic_data, classes=1, per_class=1))
+
+
+def test_summary_guard_covers_every_option_that_shapes_it(tmp_path):
+    """The summary remembers --classes, --weights and the script's own axes (extra): a
+    request that differs in any of them is refused on the same folder."""
+    from experiments import ablation, common
+    from mesc_tf.errors import MescError
+
+    def request(*argv, rows=(1,)):
+        args = ablation.parse_args(["--datasets", "orl", "--out", str(tmp_path), *argv])
+        return args, common.request_of(args, rows=list(rows))
+
+    args, req = request()
+    (tmp_path / "ablation.json").write_text(json.dumps({"request": common._norm(req)}))
+    common.Results(args, req)  # the same request: taken
+    for argv, rows in ((["--classes", "2"], (1,)), (["--weights", "orl=w.h5"], (1,)),
+                       ([], (1, 2))):
+        other, req = request(*argv, rows=rows)
+        with pytest.raises(MescError, match="another request"):
+            common.Results(other, req)
+
+
+def test_run_records_count_what_was_reused_and_tell_seeds_apart(tmp_path):
+    """A record is reused (and counted) for the same spec; the spec of a method run holds its
+    seeds, so a record made with other seeds is refused, not reused."""
+    import argparse
+
+    from experiments import common
+    from mesc_tf.config import method_settings
+    from mesc_tf.errors import MescError
+
+    args = argparse.Namespace(out=str(tmp_path), experiment="confusion", force=False,
+                              redo=False, seeds=[0])
+    d = common.Data("toy", np.zeros((4, 2)), np.array([1, 1, 2, 2]), 2, {})
+    src = {"label": "he_normal (no pretraining)", "sha256": None}
+    spec = common.method_spec(d, "our", method_settings("toy", "our"), src, args)
+    results = common.Results(args, {})
+    results.put("toy-our", spec, {"acc": 1.0})
+    assert results.get("toy-our", spec)["result"] == {"acc": 1.0}
+    assert (results.computed, results.reused) == (1, 1)
+    args.seeds = [0, 1]
+    spec = common.method_spec(d, "our", method_settings("toy", "our"), src, args)
+    with pytest.raises(MescError, match=r"seeds: \[0\] vs \[0, 1\]"):
+        results.get("toy-our", spec)
+
+
+def test_check_sources_names_the_dataset_and_labels_show_short_paths(monkeypatch, tmp_path):
+    from argparse import Namespace
+
+    from experiments.common import REPO as root, check_sources, display_label
+    from mesc_tf.errors import MescError
+
+    monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path))
+    args = Namespace(tf1_checkpoint=["coil20=original"], weights=[], no_pretrain=False)
+    with pytest.raises(MescError, match="^coil20: .*not found"):
+        check_sources(args, ["coil20"])
+    beside = root.parent / "shared" / "ae.h5"
+    assert display_label(f"h5:{beside}") == "h5:../shared/ae.h5"
+
+
+def test_the_default_autoencoder_reports_its_pretraining_time(monkeypatch, tmp_path):
+    """No --weights: pretrained/<dataset>.h5 (here under MESC_PRETRAINED_DIR), whose metadata
+    gives the pretraining seconds that the ablation adds to the pretrained rows' time."""
+    from argparse import Namespace
+
+    from experiments.common import ae_source, load_autoencoder
+    from mesc_tf.config import get_config
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.weights import save_autoencoder
+
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
+    save_autoencoder(ConvAutoEncoder(get_config("toy").arch).build_for_input(),
+                     tmp_path / "toy.h5", {"seconds": 7.5})
+    src = ae_source(Namespace(tf1_checkpoint=[], weights=[], no_pretrain=False), "toy")
+    assert src["sha256"] is not None
+    assert load_autoencoder("toy", src, 0)[1] == 7.5
+
+
+def test_rows_without_pretraining_ignore_the_given_autoencoder():
+    """The ablation's even rows (pretrained=False) start from he_normal weights whatever
+    --weights / --tf1-checkpoint say; those options are for the pretrained rows."""
+    from argparse import Namespace
+
+    from experiments.common import ae_source
+
+    args = Namespace(tf1_checkpoint=["toy=x.ckpt"], weights=["toy=w.h5"], no_pretrain=False)
+    assert ae_source(args, "toy", pretrained=False) == {
+        "no_pretrain": True, "label": "he_normal (no pretraining)", "sha256": None}
+    assert ae_source(args, "toy")["label"].startswith("tf1:")

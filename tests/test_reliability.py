@@ -1053,3 +1053,58 @@ def test_an_empty_path_among_repeated_options_is_refused(capsys):
         p.parse_args(["--weights", "a.h5", "--weights", ""])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err == "error: --weights is empty; give a path; see x --help\n"
+
+
+def test_resume_extends_a_run_and_force_starts_over(files, tmp_path, capsys, monkeypatch):
+    """--resume --epochs M extends a finished run: without --checkpoint-every it keeps saving
+    as the first run did, and train_s counts the earlier processes' seconds. A he_normal start
+    resumes only with its own seed. --force drops the old checkpoint only without --resume."""
+    out = tmp_path / "run"
+    argv = ["--dataset", "toy", "--data-dir", files["dir"] / "coil20", "--no-pretrain",
+            "--epochs", "2", "--quiet", "--out", out]
+    code, _, err = invoke(RUN, [*argv, "--checkpoint-every", "1"], capsys)
+    assert code == 0, err
+    state = out / "checkpoint" / "state.json"
+    saved = json.loads(state.read_text())
+    assert saved["epoch"] == 2
+    code, _, err = invoke(RUN, [*argv, "--resume", "--epochs", "3", "--seed", "1"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "made with other options", "seed: 0 now 1")
+    code, _, err = invoke(RUN, [*argv, "--resume", "--epochs", "1"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "is at step 2, past --epochs 1", "--epochs 2 or more")
+    state.write_text(json.dumps({**saved, "seconds": 1000.0}))  # earlier processes' steps
+    from mesc_tf import pipeline
+
+    asked, real = [], pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: (asked.append(k), real(*a, **k))[1])
+    code, _, err = invoke(RUN, [*argv, "--resume", "--epochs", "4"], capsys)
+    assert code == 0, err
+    assert asked[-1]["checkpoint_every"] == 1 and json.loads(state.read_text())["epoch"] == 4
+    results = json.loads((out / "results.json").read_text())
+    assert results["resumed_at_step"] == 2 and results["timings"]["steps"] == 4
+    assert results["timings"]["train_s"] >= 1000.0
+    # --force beside --resume only lets outputs be rewritten: the checkpoint is kept.
+    again = RUN.main([str(a) for a in [*argv, "--resume", "--epochs", "4", "--force"]])
+    assert all(len(v) == 0 for v in again["history"].values())
+    code, _, err = invoke(RUN, [*argv, "--force"], capsys)
+    assert code == 0, err
+    assert not (out / "checkpoint").exists()
+
+
+def test_run_defaults_are_the_documented_ones():
+    """run.py without options: MESC-Net's settings (--method our), the fast post-clustering
+    route and seed 0, as its --help says."""
+    args = RUN.parse_args(["--dataset", "orl"])
+    assert (args.method, args.post_method, args.seed) == ("our", "fast", 0)
+
+
+def test_no_pretrain_does_not_look_at_the_pretrained_file(files, tmp_path, capsys, monkeypatch):
+    """--no-pretrain starts from he_normal weights: a damaged pretrained/<dataset>.h5 is none
+    of its business."""
+    shutil.copy(files["bad_h5"], tmp_path / "toy.h5")
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
+    code, _, err = invoke(RUN, ["--dataset", "toy", "--data-dir", files["dir"] / "coil20",
+                                "--no-pretrain", "--epochs", "1", "--quiet", "--out",
+                                tmp_path / "run"], capsys)
+    assert code == 0, err
