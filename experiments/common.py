@@ -103,21 +103,27 @@ def seeds_of(groups, default) -> list[int]:
 
 def per_dataset(values, option, bare=True) -> dict:
     """A repeatable [DATASET=]PATH option as {dataset: PATH}, a bare PATH (for every dataset;
-    refused unless ``bare``) under None. Bad entries raise one-line MescErrors."""
+    refused unless ``bare``) under None. Bad entries, and two paths for one dataset (or two bare
+    ones), raise one-line MescErrors."""
     out = {}
     for v in values or []:
         key, sep, rest = v.partition("=")
         if sep and key.lower() in DATASETS:
             if not rest:
                 raise MescError(f"{option} {v}: no path after '='; give {key.lower()}=PATH")
-            out[key.lower()] = rest
+            key = key.lower()
         elif sep and not Path(v).exists():
             raise MescError(f"{option} {v}: {key!r} is not a dataset; use DATASET=PATH with one "
                             f"of {', '.join(DATASETS)}")
         elif not bare:
             raise MescError(f"{option} {v}: give DATASET=PATH, e.g. orl={v}")
         else:
-            out.setdefault(None, v)
+            key, rest = None, v
+        if out.get(key, rest) != rest:
+            which = f"for {key}" if key else "without DATASET="
+            raise MescError(f"{option} is given twice {which} ({out[key]} and {rest}); "
+                            "give one path per dataset")
+        out[key] = rest
     return out
 
 
@@ -183,10 +189,13 @@ def finish_args(p, args, scopes=tuple(METHODS), fixed=()):
     if args.no_pretrain and (args.weights or args.tf1_checkpoint):
         p.error("--no-pretrain cannot be combined with --weights or --tf1-checkpoint")
     try:
-        per_dataset(args.weights, "--weights")
-        per_dataset(args.tf1_checkpoint, "--tf1-checkpoint")
+        weights = per_dataset(args.weights, "--weights")
+        tf1 = per_dataset(args.tf1_checkpoint, "--tf1-checkpoint")
     except MescError as e:
         p.error(str(e))
+    both = [d for d in args.datasets if {d, None} & set(weights) and {d, None} & set(tf1)]
+    if both:  # as table.py and run.py: one source per dataset, not a silent precedence
+        p.error(f"give --weights or --tf1-checkpoint for a dataset, not both ({', '.join(both)})")
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
     args.overrides = _parse_sets(p, args.set, list(scopes), fixed)

@@ -4,6 +4,7 @@ sensitivity, convergence, tsne, confusion): each runs on a tiny subset (3 classe
 non-empty PNGs, resumes instead of recomputing, and refuses to mix requests."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -427,6 +428,9 @@ def test_figure_scripts_take_the_seed_forms_of_table_and_sweep():
     ("sensitivity", ["--lambda2", "1e308"], "must be >= 0 and finite, 4·λ included"),
     ("tsne", ["--perplexity", "0"], "--perplexity must be a finite number > 0"),
     ("toy_affinity", ["--no-pretrain", "--tf1-checkpoint", "x"], "cannot be combined"),
+    ("tsne", ["--weights", "a.h5", "--weights", "b.h5"], "--weights is given twice without"),
+    ("ablation", ["--weights", "toy=a.h5", "--tf1-checkpoint", "b"], "not both (toy)"),
+    ("confusion", ["--weights", "a.h5", "--tf1-checkpoint", "toy=b"], "not both (toy)"),
 ])
 def test_bad_values_are_refused_before_any_output(script, argv, message, capsys, tmp_path):
     import importlib
@@ -847,10 +851,13 @@ def test_compare_autoencoders_diagnostics_key_follows_the_checkpoint_and_post_se
     monkeypatch.setattr(config, "get_config",
                         lambda d: SimpleNamespace(mesc=real.mesc.replace(thr=real.mesc.thr / 2)))
     assert diagnostics_key("toy", tf1_ckpts["coil20"], [0]) != key
+
+
 def test_per_dataset_paths_take_any_case_and_the_datasets_own_path_first(tmp_path):
     """--weights / --tf1-checkpoint: DATASET= in any case, an existing path holding '=' is a
     bare path (not a bad dataset name), and a dataset's own path beats the bare one."""
     from experiments.common import _per_dataset, per_dataset
+    from mesc_tf.errors import MescError
 
     odd = tmp_path / "ae=v2.h5"
     odd.write_text("")
@@ -858,6 +865,13 @@ def test_per_dataset_paths_take_any_case_and_the_datasets_own_path_first(tmp_pat
     for values in (["all.h5", "orl=x.h5"], ["orl=x.h5", "all.h5"]):
         assert _per_dataset(values, "orl", "--weights") == "x.h5"
         assert _per_dataset(values, "coil20", "--weights") == "all.h5"
+    # The same path twice is one path; two different ones for a dataset are refused.
+    assert per_dataset(["orl=x.h5", "ORL=x.h5", "a.h5", "a.h5"], "--weights") == {
+        "orl": "x.h5", None: "a.h5"}
+    for values, which in ((["orl=x.h5", "ORL=y.h5"], "for orl (x.h5 and y.h5)"),
+                          (["a.h5", "b.h5"], "without DATASET= (a.h5 and b.h5)")):
+        with pytest.raises(MescError, match=re.escape(f"--weights is given twice {which}")):
+            per_dataset(values, "--weights")
 
 
 def test_smoke_fills_in_only_the_options_not_given():

@@ -567,7 +567,9 @@ def test_table_sweep_and_compare_ae_take_the_seed_forms_of_the_figure_scripts(sy
 @pytest.mark.parametrize("argv, needle", [(["--datasets", ","], "no dataset in ','"),
                                           (["--methods", " , "], "no method in"),
                                           (["--weights", "toy="], "no path after '='"),
-                                          (["--weights", "toy.h5"], "give DATASET=PATH")])
+                                          (["--weights", "toy.h5"], "give DATASET=PATH"),
+                                          (["--weights", "toy=a.h5", "--weights", "TOY=b.h5"],
+                                           "--weights is given twice for toy")])
 def test_table_refuses_empty_lists_and_paths(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         _script("table").parse_args(argv)
