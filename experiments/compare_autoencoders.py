@@ -10,7 +10,8 @@ experiments/table.py, so the cells are resumable and computed as the main table'
 DSC-Net labels move with BLAS thread counts, so cells run with other --jobs can differ).
 Writes
 experiments/results/autoencoders/{autoencoders.json, autoencoders.md} and the two tables it
-ran in ours/ and original/ beside them.
+ran in ours/ and original/ beside them. Runs on other datasets or methods merge into these files,
+one after another or side by side.
 
 A second table judges the codes themselves, before any fine-tuning: their scale (mean |Z|) and
 how well they cluster by closed-form self-expression (LSR, :func:`closed_form_coef`) followed by
@@ -197,9 +198,9 @@ def main(argv=None):
     from mesc_tf.files import atomic_write_text
 
     data_dir = data.find_data_dir(args.data_dir)
-    # Datasets compared by earlier runs keep their rows, as table.py keeps its cells. Read
-    # before the long runs, so that an unreadable file stops us before they start.
-    summary = table.load_table(args.out / "autoencoders.json")
+    json_path = args.out / "autoencoders.json"
+    # Read before the long runs, so that an unreadable file stops us before they start.
+    table.load_table(json_path)
     shared = ["--datasets", *args.datasets, "--methods", *args.methods,
               "--seeds", ",".join(map(str, args.seeds)),
               "--jobs", str(args.jobs), "--data-dir", str(data_dir),
@@ -211,27 +212,31 @@ def main(argv=None):
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
     command = " ".join(["experiments/compare_autoencoders.py",
                         *(sys.argv[1:] if argv is None else map(str, argv))])
+    keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
+            "autoencoder_id", "jobs", "threads_per_job", "machine", "finished")
     for d in args.datasets:
-        # Methods compared by earlier runs on this dataset keep their rows too.
-        methods = summary.get(d, {}).get("methods", {})
-        keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
-                "autoencoder_id", "jobs", "threads_per_job", "machine", "finished")
-        methods.update({m: {"ours": {k: ours[d][m].get(k) for k in keep},
-                            "original": {k: original[d][m].get(k) for k in keep}}
-                        for m in args.methods})
         tf1_prefix = args.tf1_dir / ORIGINAL_CHECKPOINTS[d]
         key = diagnostics_key(d, tf1_prefix, args.seeds)
-        kept = summary.get(d, {})
+        kept = table.load_table(json_path).get(d, {})
         if kept.get("diagnostics_key") == key and not args.force:  # same files, seeds, settings
             errors, diag = kept["relative_error"], kept["codes"]
         else:
             diag = autoencoder_diagnostics(d, data_dir, tf1_prefix, args.seeds)
             errors = {k: v.pop("relative_error") for k, v in diag.items()}
-        summary[d] = {"relative_error": errors, "codes": diag, "diagnostics_key": key,
-                      "methods": methods, "command": command, "versions": provenance.versions()}
-        # Each dataset's diagnostics are kept as soon as they exist.
-        files.write_json(args.out / "autoencoders.json", summary)
-    atomic_write_text(args.out / "autoencoders.md", render_md(summary))
+        # Each dataset's row is kept as soon as it exists, merged into the file as it is now
+        # under a lock (as table.py does): datasets, and methods compared by earlier runs or by
+        # a run beside this one, keep their rows.
+        with files.locked(args.out / ".autoencoders.lock"):
+            summary = table.load_table(json_path)
+            methods = summary.get(d, {}).get("methods", {})
+            methods.update({m: {"ours": {k: ours[d][m].get(k) for k in keep},
+                                "original": {k: original[d][m].get(k) for k in keep}}
+                            for m in args.methods})
+            summary[d] = {"relative_error": errors, "codes": diag, "diagnostics_key": key,
+                          "methods": methods, "command": command,
+                          "versions": provenance.versions()}
+            files.write_json(json_path, summary)
+            atomic_write_text(args.out / "autoencoders.md", render_md(summary))
     print(f"{args.out / 'autoencoders.md'}")
     return summary
 

@@ -20,7 +20,6 @@ the command is rerun (pass --force to recompute it). --max-epochs N caps every m
 fine-tuning steps for SMOKE TESTS only; such cells are flagged in both files.
 """
 
-import contextlib
 import datetime
 import json
 import os
@@ -312,7 +311,7 @@ def main(argv=None):
         from mesc_tf.files import atomic_write_text
 
         args.out.mkdir(parents=True, exist_ok=True)
-        with _locked(args.out / ".main_table.lock"):
+        with files.locked(args.out / ".main_table.lock"):
             merged = load_table(json_path)
             for (d, m), cell in ran.items():
                 merged.setdefault(d, {})[m] = cell
@@ -335,19 +334,6 @@ def main(argv=None):
           (f" Skipped (no data or auto-encoder): {'; '.join(skipped)}." if skipped else ""))
     print(f"{json_path}\n{md_path}\n{wall:.0f} s")
     return table
-
-
-@contextlib.contextmanager
-def _locked(path):
-    """An exclusive advisory lock on ``path`` (created if missing) for the block."""
-    import fcntl
-
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _run(todo, args, data_dir):

@@ -83,6 +83,20 @@ def atomic_file(path, mode="w"):
             os.remove(tmp)
 
 
+@contextlib.contextmanager
+def locked(path):
+    """An exclusive advisory lock on ``path`` (created if missing) for the block: runs side by
+    side that merge into one results file take turns."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def atomic_write_text(path, text):
     with atomic_file(path, "w") as f:
         f.write(text)

@@ -819,6 +819,7 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
 
     monkeypatch.setattr(table, "main", fake_table)
     monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", fake_diagnostics)
+    monkeypatch.setattr(compare_autoencoders, "render_md", lambda summary: "")
     out = tmp_path / "ae"
     out.mkdir()  # the real table runs make it (out/ours)
     with pytest.raises(RuntimeError, match="coil20"):
@@ -834,6 +835,37 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
     assert [a for a in original if a.startswith("toy=")] == [
         f"toy={tf1_dir / ORIGINAL_CHECKPOINTS['toy']}"]
     assert list(json.loads((out / "autoencoders.json").read_text())) == ["toy"]
+
+
+def test_compare_autoencoders_keeps_the_rows_a_run_beside_it_wrote(tf1_ckpts, shared_data,
+                                                                   tmp_path, monkeypatch):
+    """Two compare-ae runs side by side (make compare-ae DATASETS=orl and DATASETS=toy): the
+    one that finishes last merges into autoencoders.json as it is then, not as it was when it
+    started, and under the lock table.py takes for main_table.json."""
+    import importlib
+
+    from experiments import compare_autoencoders
+
+    table = importlib.import_module("table")  # experiments/table.py, as compare_... imports it
+    out = tmp_path / "ae"
+    out.mkdir()
+    (out / "autoencoders.json").write_text("{}")
+
+    def fake_table(argv):  # the long runs; meanwhile the other run writes its ORL row
+        other = json.loads((out / "autoencoders.json").read_text())
+        other["orl"] = {"methods": {}, "relative_error": {}, "codes": {}}
+        (out / "autoencoders.json").write_text(json.dumps(other))
+        return {"toy": {"our": {"acc": [0.5], "nmi": [0.5], "seeds": [0], "max_epochs": 2}}}
+
+    monkeypatch.setattr(table, "main", fake_table)
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", lambda *a: {
+        k: {"relative_error": 0.01, "mean_abs_code": 1.0, "lsr": {}} for k in ("ours", "original")})
+    monkeypatch.setattr(compare_autoencoders, "render_md", lambda summary: "")
+    summary = compare_autoencoders.main([
+        "--datasets", "toy", "--seeds", "0", "--max-epochs", "2", "--data-dir", str(shared_data),
+        "--tf1-dir", str(tf1_ckpts["coil20"].parents[2]), "--out", str(out)])
+    assert sorted(json.loads((out / "autoencoders.json").read_text())) == ["orl", "toy"]
+    assert sorted(summary) == ["orl", "toy"] and (out / ".autoencoders.lock").exists()
 
 
 def test_compare_autoencoders_diagnostics_key_follows_the_checkpoint_and_post_settings(
