@@ -109,6 +109,7 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         for i in range(1, 10000):
             out = Path("runs") / (f"{default_name}-{stamp}" + (f"-{i}" if i > 1 else ""))
+            parents = _missing_parents(out)  # runs/ on the first run
             try:
                 out.mkdir(parents=True)  # atomic: two runs never get the same directory
             except FileExistsError:
@@ -116,7 +117,7 @@ def prepare_out_dir(out, default_name, *, force=False, resume=False):
             except OSError:
                 break  # reported below
             try:
-                return writable_dir(out), [out]
+                return writable_dir(out), [out, *parents]
             except MescError:
                 shutil.rmtree(out, ignore_errors=True)
                 raise

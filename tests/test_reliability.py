@@ -1108,3 +1108,172 @@ def test_no_pretrain_does_not_look_at_the_pretrained_file(files, tmp_path, capsy
                                 "--no-pretrain", "--epochs", "1", "--quiet", "--out",
                                 tmp_path / "run"], capsys)
     assert code == 0, err
+
+
+# --- mutation-testing gaps: cli.py and files.py ------------------------------------------------
+
+
+def test_results_json_keeps_numpy_whole_numbers_and_paths(tmp_path):
+    """write_json: a NumPy integer stays a whole number, a path its full text."""
+    from mesc_tf.files import write_json
+
+    target = tmp_path / "results.json"
+    write_json(target, {"n": np.int64(3), "acc": np.float32(0.5), "c": np.arange(2),
+                        "out": tmp_path / "run"})
+    saved = json.loads(target.read_text())
+    assert saved == {"n": 3, "acc": 0.5, "c": [0, 1], "out": str(tmp_path / "run")}
+    assert type(saved["n"]) is int and type(saved["c"][0]) is int
+
+
+def test_size_text_switches_unit_at_its_size():
+    assert size_text(2**20) == "1.0 MiB" and size_text(2**30) == "1.0 GiB"
+    assert size_text(2**10) == "1.0 KiB" and size_text(1023) == "1023 bytes"
+
+
+def test_a_full_quota_says_the_disk_is_full():
+    """EDQUOT (a user's quota) is a full disk as ENOSPC is; other errors point at the folder."""
+    import errno
+
+    from mesc_tf.files import write_error
+
+    quota = write_error("r.json", OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert "cannot write r.json" in str(quota) and "the disk is full" in str(quota)
+    denied = write_error("r.json", OSError(errno.EACCES, "Permission denied"))
+    assert "the disk is full" not in str(denied) and "writable" in str(denied)
+
+
+def test_locked_is_exclusive(tmp_path):
+    """files.locked holds an exclusive lock: not even a shared one can be taken meanwhile."""
+    import fcntl
+
+    from mesc_tf.files import locked
+
+    lock = tmp_path / ".lock"
+    with locked(lock), open(lock) as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    with open(lock) as other:  # released afterwards
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_save_npy_writes_float32_into_a_new_folder(tmp_path):
+    from mesc_tf.files import save_npy
+
+    coef = tmp_path / "new" / "deep" / "C.npy"
+    save_npy(coef, np.eye(3))  # float64 in
+    saved = np.load(coef)
+    assert saved.dtype == np.float32 and np.array_equal(saved, np.eye(3))
+
+
+@pytest.mark.parametrize("text", ['{"weights": "w.weights.h5", "epoch": null}',
+                                  '{"weights": "w.weights.h5", "epoch": 5',
+                                  '{"weights": "w.weights.h5", "epoch": "five"}', "[1, 2]"])
+def test_a_damaged_state_json_is_one_error(tmp_path, text):
+    """Whatever is wrong in state.json (a null, a cut-off file, a word, a list) is the same
+    MescError that says to start over, not a traceback."""
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(MescError, match="cannot read the checkpoint .*start over"):
+        read_backup_state(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["out", "weights", "tf1-checkpoint", "save-coef", "init",
+                                    "tensorboard", "data-dir", "coef-cache", "json"])
+def test_every_path_option_refuses_an_empty_value(option, capsys):
+    p = cli.ArgumentParser(prog="x")
+    p.add_argument(f"--{option}")
+    with pytest.raises(SystemExit) as e:
+        p.parse_args([f"--{option}", ""])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == f"error: --{option} is empty; give a path; see x --help\n"
+
+
+def test_settings_options_reach_the_settings():
+    """run.py's settings options each land in their own field; the others keep the config."""
+    from mesc_tf.config import method_settings
+
+    base = method_settings("orl", "our")
+    args = RUN.parse_args(["--dataset", "orl", "--reg1", "1.5", "--reg2", "7", "--power", "2.5",
+                           "--thr", "0.3", "--subspace-dim", "5", "--variant", "mesc"])
+    s = cli.settings_from_args(base, args)
+    assert (s.reg1, s.reg2, s.power, s.thr, s.subspace_dim, s.variant) == (
+        1.5, 7.0, 2.5, 0.3, 5, "mesc")
+    assert (s.lr, s.epochs, s.framework) == (base.lr, base.epochs, base.framework)
+
+
+def test_fine_tuning_only_options_keep_the_clustering_settings():
+    """add_settings_args(post=False) (faithfulness.py): no clustering options, and
+    settings_from_args keeps the config's clustering settings."""
+    from mesc_tf.config import method_settings
+
+    base = method_settings("orl", "our")
+    p = cli.ArgumentParser(prog="x")
+    cli.add_settings_args(p, post=False)
+    s = cli.settings_from_args(base, p.parse_args(["--lr", "0.01"]))
+    assert s.lr == 0.01 and (s.thr, s.subspace_dim, s.power, s.variant) == (
+        base.thr, base.subspace_dim, base.power, base.variant)
+
+
+def test_dataset_names_are_case_insensitive():
+    assert RUN.parse_args(["--dataset", "ORL"]).dataset == "orl"
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch):
+    """Without --out each run makes runs/<name>-<time>[-i]; a second run in the same second
+    gets '-2', and each run's cleanup list holds its own folder (the first's runs/ too, which a
+    failed first run leaves only if another run is in it)."""
+    import datetime
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2024, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(cli.datetime, "datetime", Frozen)
+    monkeypatch.chdir(tmp_path)
+    first, made1 = cli.prepare_out_dir(None, "orl")
+    second, made2 = cli.prepare_out_dir(None, "orl")
+    assert first == Path("runs/orl-20240102-030405") and second == Path(f"{first}-2")
+    assert made1[0] == first and [p.path for p in made1[1:]] == [Path("runs")]
+    assert made2 == [second]
+    cli._remove(made2)
+    assert not second.exists() and first.is_dir()
+    cli._remove(made1)
+    assert not Path("runs").exists()
+
+
+def test_an_output_file_that_is_a_directory_is_refused_even_with_force(tmp_path):
+    for force in (False, True):
+        with pytest.raises(MescError, match="is a directory; give a file name"):
+            cli.prepare_out_file(tmp_path, force=force, what="--save-coef file")
+
+
+def test_guard_names_an_os_error_without_a_file(capsys):
+    """An OSError without a file name: its own text, not 'reason: None'."""
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(_fail(OSError(28, "No space left on device")))
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "error: [Errno 28] No space left on device\n"
+
+
+def test_guard_reports_tensorflows_out_of_memory(tmp_path, capsys):
+    """TF's ResourceExhaustedError (out of GPU/host memory while training): one line, exit 2,
+    the run's outputs removed."""
+    class ResourceExhaustedError(Exception):
+        pass
+
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(_fail(ResourceExhaustedError("OOM when allocating tensor\n...")), [out])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and not out.exists()
+    assert err == ("error: out of memory while training; use a smaller problem or a machine "
+                   "with more memory\n")
+
+
+def test_remove_takes_files_too(tmp_path):
+    """cli._remove (main_guard's cleanup) removes a file on the list, as its contract says."""
+    part, keep = tmp_path / "part.npy", tmp_path / "keep.npy"
+    part.write_bytes(b"x")
+    keep.write_bytes(b"y")
+    cli._remove([part, tmp_path / "never-made.npy"])
+    assert not part.exists() and keep.read_bytes() == b"y"

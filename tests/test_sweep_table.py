@@ -935,3 +935,41 @@ def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(toy_weight
     script.main([*argv, "--grid", "thr=0.1"])
     printed = capsys.readouterr().out
     assert "1 already in" in printed and len(summary_rows(printed)) == 1
+
+
+# --- provenance: what every results file records --------------------------------------------
+
+
+@pytest.mark.parametrize("rc, status, expected", [(0, "", "0123456789ab"),
+                                                  (0, " M mesc_tf/cli.py\n", "0123456789ab-dirty"),
+                                                  (128, "", "unknown")])
+def test_code_revision_reads_git(monkeypatch, rc, status, expected):
+    """The commit, '-dirty' with changes, 'unknown' outside a git checkout."""
+    def fake_run(args, **kwargs):
+        out = "0123456789ab\n" if "rev-parse" in args else status
+        return subprocess.CompletedProcess(args, rc, out, "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert code_revision() == expected
+
+
+def test_code_revision_without_git_is_unknown(monkeypatch):
+    def no_git(args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert code_revision() == "unknown"
+
+
+def test_provenance_names_the_libraries_and_the_machine(monkeypatch):
+    """versions() keys, as results files record them; machine() counts the usable cores and
+    lists BLAS libraries only."""
+    from mesc_tf import provenance
+
+    assert set(provenance.versions()) == {"mesc_tf", "python", "tensorflow", "keras", "numpy",
+                                          "scipy", "sklearn", "h5py"}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    m = provenance.machine()
+    assert m["cores"] == 1
+    assert m["blas"] and all(b.split()[0] in ("openblas", "mkl", "blis", "flexiblas")
+                             for b in m["blas"])
