@@ -23,7 +23,7 @@ class ArgumentParser(argparse.ArgumentParser):
     an empty path, which would otherwise mean the current folder or the default file."""
 
     PATH_OPTIONS = ("out", "weights", "tf1_checkpoint", "save_coef", "init", "tensorboard",
-                    "data_dir", "coef_cache", "json")
+                    "data_dir", "coef_cache", "json", "coef", "against", "tf1_dir", "dir")
 
     def error(self, message):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")

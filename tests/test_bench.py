@@ -273,3 +273,225 @@ def test_xla_step_bad_options_are_one_line(tmp_path):
         assert proc.returncode == 2, (argv, proc.stderr)
         assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == [a_file]  # nothing written
+
+
+# In-process checks of benchmarks/bench.py's bookkeeping, its heavy parts replaced by fakes.
+
+@pytest.fixture
+def bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", REPO / "benchmarks" / "bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_timed_ms_is_the_median_of_the_timed_calls(bench, monkeypatch):
+    """_timed_ms skips the warm-up calls and reports the median (not the mean) in ms."""
+    from types import SimpleNamespace
+
+    # A warm-up call reads the clock once (at its start), then timed calls of 1 s, 2 s and 6 s.
+    clock = iter([0, 10, 11, 11, 13, 13, 19])
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    value = SimpleNamespace(numpy=lambda: 0)
+    assert bench._timed_ms(lambda: value, 1, 3) == 2000.0
+
+
+def _fake_dataset_run(bench, monkeypatch, seen, step_s, original_s=None):
+    """Replace everything slow one_dataset calls; record what it is called with in ``seen``."""
+    from types import SimpleNamespace
+
+    import mesc_tf.released_graph
+    import mesc_tf.training
+
+    x, y = np.zeros((6, 4, 4, 1), np.float32), np.arange(6) % 2 + 1
+    coef = np.full((6, 6), 0.5, np.float32)
+    layer = SimpleNamespace(name="enc_0", kernel=SimpleNamespace(numpy=lambda: 1),
+                            bias=SimpleNamespace(numpy=lambda: 2))
+    ae = SimpleNamespace(latent_shape=(2, 2), named_layers=[layer])
+    model = SimpleNamespace(autoencoder=ae, coef=SimpleNamespace(numpy=lambda: coef))
+    seen.update(posts=[], steps=[], coefs=[])
+
+    def ours_steps(x_, cfg, jit, steps, seed):
+        seen["steps"].append((jit, steps, seed))
+        return model, step_s["on" if jit else "off"]
+
+    def post(C, y_, cfg, method, seed):
+        seen["posts"].append(method)
+        seen["coefs"].append(C)
+        return np.arange(6) % 2, {"total_s": 1.0}
+
+    def floor_ms(*a):
+        seen["floor"] = a
+        return 1.0
+
+    monkeypatch.setattr(bench, "load_or_random", lambda name, seed: (x, y, "random"))
+    monkeypatch.setattr(bench, "autoencoder_source", lambda name: {"no_pretrain": True})
+    monkeypatch.setattr(bench, "ours_steps", ours_steps)
+    monkeypatch.setattr(bench, "post", post)
+    monkeypatch.setattr(bench, "floor_ms", floor_ms)
+    monkeypatch.setattr(bench, "autoencoder_ms", lambda *a: 1.0)
+    # The process's peak RSS stands for how many post-clustering methods have run.
+    monkeypatch.setattr(bench, "_peak_rss_gib", lambda: float(len(seen["posts"])))
+    monkeypatch.setattr(mesc_tf.training, "configure_runtime", lambda *a, **k: None)
+    monkeypatch.setattr(mesc_tf.released_graph, "finetune",
+                        lambda x_, weights, settings, steps: (None, None, original_s))
+
+
+def test_bench_one_dataset_keeps_the_timed_steps_and_the_right_figures(bench, monkeypatch):
+    """one_dataset: an explicit --warmup 0 is kept, the medians leave out the warm-up steps
+    (ours and the released graph's), the ratios take XLA off even where on is faster, the
+    peak RSS is the one right after the fast post-clustering, and each pair of methods' labels
+    is compared once."""
+    seen = {}
+    _fake_dataset_run(bench, monkeypatch, seen, {"off": [0.1, 0.002, 0.004, 0.006]},
+                      original_s=[0.1, 0.002, 0.004, 0.006])
+    args = bench.parse_args(["--datasets", "orl", "--warmup", "0", "--repeats", "4",
+                             "--jit", "off", "--post", "fast,strict,reference", "--seed", "3"])
+    res = bench.one_dataset("orl", args)
+    assert res["warmup"] == 0 and res["repeats"] == 4 and seen["steps"] == [(False, 4, 3)]
+    assert res["step_ms"] == {"off": 5.0} and res["original_step_ms"] == 5.0  # all 4 steps
+
+    _fake_dataset_run(bench, monkeypatch, seen, {"off": [9.0, 0.002, 0.004, 0.006],
+                                                 "on": [9.0, 0.001, 0.001, 0.001]},
+                      original_s=[9.0, 0.002, 0.004, 0.006])
+    args = bench.parse_args(["--datasets", "orl", "--warmup", "1", "--repeats", "3",
+                             "--post", "fast,strict,reference"])
+    res = bench.one_dataset("orl", args)
+    assert seen["steps"] == [(False, 4, 0), (True, 4, 0)]
+    assert res["step_ms"] == {"off": 4.0, "on": 1.0} and res["original_step_ms"] == 4.0
+    assert res["jit_faster"] == "on" and res["ratio_mode"] == "off"
+    assert seen["floor"] == (6, 4, 1, 3)  # n, p = 2·2, one warm-up, at least 3 repeats
+    assert seen["posts"] == ["fast", "strict", "reference"] and res["peak_rss_gib"] == 1.0
+    assert res["peak_rss_gib_all"] == 3.0
+    assert sorted(k for k in res if k.startswith("labels_")) == [
+        "labels_fast_equal_reference", "labels_fast_equal_strict",
+        "labels_strict_equal_reference"]
+    assert res["coef"] == "after 4 steps"
+
+
+def test_bench_one_dataset_post_clusters_the_given_coef_file(bench, monkeypatch, tmp_path):
+    seen = {}
+    _fake_dataset_run(bench, monkeypatch, seen, {"off": [0.001, 0.002]})
+    np.save(tmp_path / "orl.npy", np.eye(6, dtype=np.float32))
+    args = bench.parse_args(["--warmup", "1", "--repeats", "1", "--jit", "off", "--post", "fast",
+                             "--no-original", "--coef-file", str(tmp_path / "orl.npy")])
+    res = bench.one_dataset("orl", args)
+    assert res["coef"] == str(tmp_path / "orl.npy")
+    np.testing.assert_array_equal(seen["coefs"][0], np.eye(6))
+    assert "original_step_ms" not in res and res["peak_rss_gib"] == 1.0
+
+
+def test_bench_table_ratios_take_xla_off(bench):
+    """The printed table's ratios divide ours with XLA off (ratio_mode), not the faster mode,
+    by the released graph and the floor; "same" is fast against reference."""
+    fast = {"total_s": 1.0, "thrc_s": 0.1, "svd_s": 0.2, "spectral_s": 0.7}
+    res = {"dataset": "orl", "n": 400, "step_ms": {"off": 40.0, "on": 20.0}, "ratio_mode": "off",
+           "original_step_ms": 20.0, "floor_ms": 10.0, "autoencoder_ms": 5.0,
+           "post": {"fast": fast, "reference": {"total_s": 2.0}},
+           "labels_fast_equal_reference": False, "labels_fast_equal_strict": True,
+           "peak_rss_gib": 1.5}
+    lines = bench.table([res, {"dataset": "coil20", "error": "exit status 2"}]).splitlines()
+    assert lines[1].split() == ["orl", "400", "40.0/20.0", "20.0", "2.00", "10.0", "4.00", "5.0",
+                                "1.00", "=", "0.10/0.20/0.70", "-", "2.00", "no", "1.50"]
+    assert lines[2].split() == ["coil20", "error:", "exit", "status", "2"]
+
+
+def test_bench_option_lists_and_child_arguments(bench):
+    """Comma lists are case-blind and must name something; a dataset's subprocess gets the
+    seed, --warmup 0 and --no-original."""
+    import argparse
+
+    parse = bench._csv(bench.DATASETS)
+    assert parse(" ORL, Coil20 ,") == ["orl", "coil20"]
+    for text in (",", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="choose from"):
+            parse(text)
+    args = bench.parse_args(["--seed", "7", "--warmup", "0", "--no-original", "--jit", "on",
+                             "--post", "strict"])
+    child = bench._child_argv(args)
+    assert child == ["--jit", "on", "--post", "strict", "--seed", "7", "--warmup", "0",
+                     "--no-original"]
+    again = bench.parse_args([*child, "--one", "orl"])
+    assert (again.seed, again.warmup, again.original, again.jit, again.post) == (
+        7, 0, False, ["on"], ["strict"])
+    assert "--no-original" not in bench._child_argv(bench.parse_args([]))
+
+
+def test_bench_end_to_end_passes_the_auto_encoder_and_epochs(bench, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    launched = []
+
+    def popen(cmd):
+        launched.append(cmd)
+        return SimpleNamespace(pid=12345)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", popen)
+    monkeypatch.setattr(bench.os, "wait4", lambda pid, opts: (pid, 0, SimpleNamespace(
+        ru_maxrss=3 * 2**20)))
+    for src, want in (({"tf1_checkpoint": "/ckpt/model"}, ["--tf1-checkpoint", "/ckpt/model"]),
+                      ({"no_pretrain": True}, ["--no-pretrain"]), ({"dataset": "mnist"}, [])):
+        monkeypatch.setattr(bench, "autoencoder_source", lambda name, src=src: src)
+        res = bench.end_to_end("mnist", 3, tmp_path / "c.npy", tmp_path / "e2e")
+        cmd = launched[-1]
+        assert cmd[cmd.index("mnist") + 1:cmd.index("--quiet")] == want
+        assert cmd[-2:] == ["--epochs", "3"]
+        assert res["exit_status"] == 0 and res["peak_rss_gib"] == 3.0
+    bench.end_to_end("mnist", None, tmp_path / "c.npy", tmp_path / "e2e")
+    assert "--epochs" not in launched[-1]
+
+
+def test_bench_autoencoder_source_prefers_the_shipped_weights(bench, monkeypatch, tmp_path):
+    from mesc_tf import pipeline
+
+    h5 = tmp_path / "orl.h5"
+    monkeypatch.setattr(pipeline, "pretrained_path", lambda name: h5)
+    monkeypatch.setattr(bench, "_tf1_checkpoint", lambda name: tmp_path / "ckpt")
+    assert bench.autoencoder_source("orl") == {"tf1_checkpoint": str(tmp_path / "ckpt")}
+    h5.write_bytes(b"")
+    assert bench.autoencoder_source("orl") == {"dataset": "orl"}
+    h5.unlink()
+    monkeypatch.setattr(bench, "_tf1_checkpoint", lambda name: None)
+    assert bench.autoencoder_source("orl") == {"no_pretrain": True}
+
+
+def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monkeypatch,
+                                                                     tmp_path):
+    """main: --coef's C goes to the datasets it has one for; an existing --json is replaced; a
+    child that failed is reported as failed even if it wrote figures; the report, in a folder
+    made for it, is kept when a benchmark failed (the error line points to it)."""
+    from mesc_tf import cli, provenance
+
+    monkeypatch.setattr(provenance, "machine", dict)
+    monkeypatch.setattr(provenance, "versions", dict)
+    cmds = []
+
+    def run(cmd):
+        cmds.append(cmd)
+        name, out = cmd[cmd.index("--one") + 1], Path(cmd[cmd.index("--json") + 1])
+        out.write_text(json.dumps({"dataset": name, "n": 1, "step_ms": {"off": 2.0},
+                                   "ratio_mode": "off", "post": {}, "peak_rss_gib": 1.0}))
+        return subprocess.CompletedProcess(cmd, 1 if name == "eyaleb" else 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    coefs = tmp_path / "coefs"
+    coefs.mkdir()
+    np.save(coefs / "orl.npy", np.eye(2, dtype=np.float32))
+    out = tmp_path / "bench.json"
+    out.write_text("old")
+    assert bench.main(["--datasets", "orl,coil20", "--coef", str(coefs), "--json",
+                       str(out)]) == 0
+    assert [c[c.index("--one") + 1] for c in cmds] == ["orl", "coil20"]
+    assert cmds[0][-2:] == ["--coef-file", str(coefs / "orl.npy")]
+    assert "--coef-file" not in cmds[1]
+    assert [r["dataset"] for r in json.loads(out.read_text())["results"]] == ["orl", "coil20"]
+
+    out = tmp_path / "new" / "bench.json"
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: bench.main(["--datasets", "orl,eyaleb", "--json", str(out)]),
+                       bench.CLEANUP)
+    assert e.value.code == 2
+    results = json.loads(out.read_text())["results"]
+    assert results[1] == {"dataset": "eyaleb", "error": "exit status 1"}

@@ -1176,7 +1176,8 @@ def test_a_damaged_state_json_is_one_error(tmp_path, text):
 
 
 @pytest.mark.parametrize("option", ["out", "weights", "tf1-checkpoint", "save-coef", "init",
-                                    "tensorboard", "data-dir", "coef-cache", "json"])
+                                    "tensorboard", "data-dir", "coef-cache", "json", "coef",
+                                    "against", "tf1-dir", "dir"])
 def test_every_path_option_refuses_an_empty_value(option, capsys):
     p = cli.ArgumentParser(prog="x")
     p.add_argument(f"--{option}")
