@@ -127,6 +127,15 @@ def per_dataset(values, option, bare=True) -> dict:
     return out
 
 
+def check_one_source(weights: dict, tf1: dict, datasets):
+    """Refuse a dataset that --weights and --tf1-checkpoint (per_dataset's dicts) both reach:
+    one auto-encoder source per dataset, not a silent precedence."""
+    both = [d for d in datasets if {d, None} & set(weights) and {d, None} & set(tf1)]
+    if both:
+        raise MescError(f"give --weights or --tf1-checkpoint for a dataset, not both "
+                        f"({', '.join(both)})")
+
+
 def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     """The options every experiment shares. ``doc`` is the script's docstring."""
     p = cli.ArgumentParser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
@@ -189,13 +198,10 @@ def finish_args(p, args, scopes=tuple(METHODS), fixed=()):
     if args.no_pretrain and (args.weights or args.tf1_checkpoint):
         p.error("--no-pretrain cannot be combined with --weights or --tf1-checkpoint")
     try:
-        weights = per_dataset(args.weights, "--weights")
-        tf1 = per_dataset(args.tf1_checkpoint, "--tf1-checkpoint")
+        check_one_source(per_dataset(args.weights, "--weights"),
+                         per_dataset(args.tf1_checkpoint, "--tf1-checkpoint"), args.datasets)
     except MescError as e:
         p.error(str(e))
-    both = [d for d in args.datasets if {d, None} & set(weights) and {d, None} & set(tf1)]
-    if both:  # as table.py and run.py: one source per dataset, not a silent precedence
-        p.error(f"give --weights or --tf1-checkpoint for a dataset, not both ({', '.join(both)})")
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
     args.overrides = _parse_sets(p, args.set, list(scopes), fixed)

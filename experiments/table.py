@@ -105,10 +105,9 @@ def parse_args(argv=None):
         args.weights = common.per_dataset(args.weights, "--weights", bare=False)
         args.tf1_checkpoint = common.per_dataset(args.tf1_checkpoint, "--tf1-checkpoint",
                                                  bare=False)
+        common.check_one_source(args.weights, args.tf1_checkpoint, DATASETS)
     except (ValueError, MescError) as e:
         p.error(str(e))
-    if set(args.weights) & set(args.tf1_checkpoint):
-        p.error("give --weights or --tf1-checkpoint for a dataset, not both")
     if args.out is None and args.max_epochs is not None:
         p.error("--max-epochs (a smoke test) needs --out DIR: it would replace cells of the "
                 "committed table in experiments/results")
