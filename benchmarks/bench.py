@@ -278,7 +278,12 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
         cmd += ["--epochs", str(epochs)]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd)
-    _, status, usage = os.wait4(proc.pid, 0)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # Ctrl-C or SIGTERM: run.py must not go on training alone
+        proc.kill()
+        proc.wait()
+        raise
     wall = time.perf_counter() - t
     res = {"dataset": dataset, "command": " ".join(cmd[1:]), "exit_status": os.waitstatus_to_exitcode(status),
            "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}

@@ -5,6 +5,7 @@ parameters and outputs line up with what it stores."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,20 @@ def test_spectral_sklearn_prints_both_routes_per_variant(capsys):
         assert line.endswith("ACC per seed 1.00 1.00 1.00"), line
 
 
+def _run_group(cmd, timeout):
+    """subprocess.run in a session of its own; on timeout the whole group is killed, so that
+    a bench.py which wrongly went on to its per-dataset children leaves none behind."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def test_bench_bad_options_are_one_line(tmp_path):
     a_file = tmp_path / "orl.npy"
     a_file.write_bytes(b"")
@@ -153,8 +168,7 @@ def test_bench_bad_options_are_one_line(tmp_path):
                          (["--coef", "/nonexistent/coefs"], "no such folder"),
                          (["--coef", str(a_file)], "a file, not a folder"),
                          (["--json", str(a_file / "b.json")], f"({a_file} is a file)")):
-        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), *argv],
-                              capture_output=True, text=True, timeout=120)
+        proc = _run_group([sys.executable, str(REPO / "benchmarks" / "bench.py"), *argv], 120)
         assert proc.returncode == 2, (argv, proc.stderr)
         assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
 
@@ -441,6 +455,33 @@ def test_bench_end_to_end_passes_the_auto_encoder_and_epochs(bench, monkeypatch,
         assert res["exit_status"] == 0 and res["peak_rss_gib"] == 3.0
     bench.end_to_end("mnist", None, tmp_path / "c.npy", tmp_path / "e2e")
     assert "--epochs" not in launched[-1]
+
+
+def test_bench_end_to_end_interrupted_kills_its_run(bench, monkeypatch, tmp_path):
+    """Ctrl-C or SIGTERM while the end-to-end run.py works stops that run too, rather than
+    leaving it training alone beside the next job."""
+    import subprocess
+
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(cmd):
+        started.append(real_popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        return started[-1]
+
+    def interrupted(pid, opts):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.subprocess, "Popen", popen)
+    monkeypatch.setattr(bench.os, "wait4", interrupted)
+    monkeypatch.setattr(bench, "autoencoder_source", lambda name: {"dataset": name})
+    with pytest.raises(KeyboardInterrupt):
+        bench.end_to_end("mnist", 1, tmp_path / "c.npy", tmp_path / "e2e")
+    try:
+        assert started[0].poll() is not None, "run.py was left running"
+    finally:
+        started[0].kill()
+        started[0].wait()
 
 
 def test_bench_autoencoder_source_prefers_the_shipped_weights(bench, monkeypatch, tmp_path):

@@ -5,6 +5,7 @@ non-empty PNGs, resumes instead of recomputing, and refuses to mix requests."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -1038,3 +1039,35 @@ def test_rows_without_pretraining_ignore_the_given_autoencoder():
     assert ae_source(args, "toy", pretrained=False) == {
         "no_pretrain": True, "label": "he_normal (no pretraining)", "sha256": None}
     assert ae_source(args, "toy")["label"].startswith("tf1:")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_every_make_target_passes_options_its_script_takes():
+    """Each Makefile target's command (``make -n``) names a script whose parser accepts the
+    options the Makefile gives it, so that renaming an option cannot break `make table` or
+    `make faithfulness` unnoticed. Only the parsers run; nothing trains."""
+    import importlib.util
+    import shlex
+
+    database = subprocess.run(["make", "-pnq", "help"], cwd=REPO, capture_output=True,
+                              text=True).stdout
+    targets = next(line for line in database.splitlines()
+                   if line.startswith(".PHONY:")).split()[1:]
+    skipped = {"help", "install", "test", "figures"}  # figures: the targets below, in turn
+    assert {"bench", "table", "faithfulness", "orl", "pretrain-toy", "tsne"} <= set(targets)
+    for target in [t for t in targets if t not in skipped]:
+        extra = ["DATASET=toy"] if target == "run" else []
+        out = subprocess.run(["make", "-n", target, "PYTHON=python", *extra], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+        lines = out.replace("\\\n", " ").splitlines()
+        assert len(lines) == 1, (target, lines)
+        python, script, *argv = shlex.split(lines[0])
+        assert python == "python" and (REPO / script).is_file(), (target, lines[0])
+        spec = importlib.util.spec_from_file_location(f"make_{target.replace('-', '_')}",
+                                                      REPO / script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        try:
+            module.parse_args(argv)
+        except SystemExit as e:
+            pytest.fail(f"make {target}: {script} refuses {argv} (exit {e.code})")
