@@ -28,8 +28,8 @@ Per dataset it measures, in that one process:
 
 The post-clustering C is the one fine-tuned in the timing runs (warm-up + timed steps, last
 ``--jit`` mode) from the dataset's auto-encoder (``pretrained/<dataset>.h5``, else the original
-TF1 checkpoint if found, else he_normal), or ``--coef DIR``'s ``<dataset>.npy`` where it exists. Real data is used
-when the dataset files are found, otherwise random images of the right shape. ``--e2e`` first
+TF1 checkpoint if found, else he_normal), or ``--coef DIR``'s ``<dataset>.npy`` where it exists.
+Real data is used when the dataset files are found, otherwise random images of the right shape. ``--e2e`` first
 runs ``experiments/run.py --dataset mnist`` end to end (127 steps, all 10000 images) in a
 subprocess and reports its peak RSS; MNIST's post-clustering then uses that run's trained C.
 The report records whether TensorFlow's BFC pool was on (``tf_cpu_allocator``; set
@@ -89,7 +89,8 @@ def _tf1_checkpoint(name):
     """The authors' checkpoint of ``name`` (reference-facts §1.3) if it is on disk."""
     from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir
 
-    prefix = default_tf1_dir() / ORIGINAL_CHECKPOINTS[name] if name in ORIGINAL_CHECKPOINTS else None
+    prefix = (default_tf1_dir() / ORIGINAL_CHECKPOINTS[name] if name in ORIGINAL_CHECKPOINTS
+              else None)
     return prefix if prefix is not None and Path(f"{prefix}.index").is_file() else None
 
 
@@ -194,7 +195,8 @@ def post(C, y, cfg, method, seed):
     labels, split = postcluster.cluster(C, cfg.n_clusters, thr=s.thr, subspace_dim=s.subspace_dim,
                                         power=s.power, variant=s.variant, seed=seed,
                                         return_timings=True, method=method, info=info)
-    out = {"total_s": round(time.perf_counter() - t, 3), **{k: round(v, 3) for k, v in split.items()},
+    out = {"total_s": round(time.perf_counter() - t, 3),
+           **{k: round(v, 3) for k, v in split.items()},
            "acc": round(float(accuracy(y, labels)), 4)}
     if method != "reference":
         out["ill_posed"] = bool(info.get("ill_posed"))
@@ -285,8 +287,8 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
         proc.wait()
         raise
     wall = time.perf_counter() - t
-    res = {"dataset": dataset, "command": " ".join(cmd[1:]), "exit_status": os.waitstatus_to_exitcode(status),
-           "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
+    res = {"dataset": dataset, "command": " ".join(cmd[1:]),
+           "exit_status": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
     results = Path(out_dir) / "results.json"
     if results.is_file():
         run = json.loads(results.read_text())
@@ -358,7 +360,8 @@ def parse_args(argv=None):
                    help="do not time the released graph")
     p.add_argument("--coef", metavar="DIR", help="post-cluster DIR/<dataset>.npy where it exists")
     p.add_argument("--e2e", action="store_true",
-                   help="first run MNIST-10k end to end (experiments/run.py) and report its peak RSS")
+                   help="first run MNIST-10k end to end (experiments/run.py) and report its "
+                   "peak RSS")
     p.add_argument("--e2e-epochs", type=cli.at_least(1),
                    help="fine-tuning steps of the --e2e run (default 127)")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
@@ -397,12 +400,14 @@ def main(argv=None):
     if args.json:  # before the long runs, not after
         CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     load_before = os.getloadavg()
-    report = {"command": " ".join(["benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
+    given = argv if argv is not None else sys.argv[1:]
+    report = {"command": " ".join(["benchmarks/bench.py", *given]),
               "machine": provenance.machine(),
               "tf_cpu_allocator": "bfc" if pipeline.bfc_allocator() else "default",
               "issue_original": ISSUE, "results": []}
     with tempfile.TemporaryDirectory() as tmp:
-        coefs = {name: Path(args.coef) / f"{name}.npy" for name in args.datasets} if args.coef else {}
+        coefs = ({name: Path(args.coef) / f"{name}.npy" for name in args.datasets} if args.coef
+                 else {})
         if args.e2e:
             coefs["mnist"] = Path(tmp) / "mnist.npy"
             e2e = end_to_end("mnist", args.e2e_epochs, coefs["mnist"], Path(tmp) / "e2e")
@@ -417,7 +422,8 @@ def main(argv=None):
             t = time.perf_counter()
             proc = subprocess.run(cmd)
             if proc.returncode != 0 or not out.exists():
-                report["results"].append({"dataset": name, "error": f"exit status {proc.returncode}"})
+                report["results"].append({"dataset": name,
+                                          "error": f"exit status {proc.returncode}"})
                 continue
             res = json.loads(out.read_text())
             res["wall_s"] = round(time.perf_counter() - t, 1)
@@ -431,8 +437,8 @@ def main(argv=None):
         e = report["end_to_end"]
         print(f"end to end ({e['dataset']}, {e['command']}): exit {e['exit_status']}, "
               f"{e['wall_s']} s, peak RSS {e['peak_rss_gib']:.2f} GiB")
-    print(f"load average before {load_before[0]:.1f}, after {report['load_average']['after'][0]:.1f} "
-          f"on {os.cpu_count()} CPUs")
+    print(f"load average before {load_before[0]:.1f}, "
+          f"after {report['load_average']['after'][0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     failed = [r["dataset"] for r in report["results"] if "error" in r]

@@ -209,8 +209,8 @@ def _check_checkpoint(args, out, settings):
         free = set() if args.no_pretrain else {"seed"}
         diff = sorted(k for k in now if k not in free and saved.get(k) != now[k])
         if diff:
-            raise MescError(f"the checkpoint in {ckpt} was made with other options "
-                            f"({', '.join(f'{k}: {saved.get(k)} now {now.get(k)}' for k in diff)}); "
+            changed = ", ".join(f"{k}: {saved.get(k)} now {now.get(k)}" for k in diff)
+            raise MescError(f"the checkpoint in {ckpt} was made with other options ({changed}); "
                             "resume with the same options, or drop --resume and pass --force "
                             "to start over")
     if epoch > settings.epochs:

@@ -1,6 +1,7 @@
 """Sweep a grid of settings on one dataset, in parallel, resumable, one JSON line per trial.
 
-    python experiments/sweep.py --dataset orl --grid 'reg1=0.5,1,2 reg2=0.1,0.2 epochs=50,100,200 thr=0.1,0.2' --seeds 0,1,2 --jobs 2
+    python experiments/sweep.py --dataset orl --seeds 0,1,2 --jobs 2 \\
+        --grid 'reg1=0.5,1,2 reg2=0.1,0.2 epochs=50,100,200 thr=0.1,0.2'
     python experiments/sweep.py --dataset orl --grid reg1=1,2 --summary-only
 
 The grid is the Cartesian product of FIELD=V1,V2,... over any Settings field (reg1, reg2, lr,
@@ -148,8 +149,8 @@ def main(argv=None):
     steps = sum(g.train.epochs for g in groups)
     read_from = " + ".join(str(f) for f in (*sweep.archive_paths(args.out), args.out) if f.exists())
     print(f"{args.dataset} ({args.method}), auto-encoder: {ae.describe()}")
-    print(f"{len(settings)} settings x {len(args.seeds)} seeds = {len(settings) * len(args.seeds)} "
-          f"trials: {skipped} already in {read_from or args.out}, {n_trials} to run in {len(groups)} "
+    print(f"{len(settings)} settings x {len(args.seeds)} seeds = "
+          f"{len(settings) * len(args.seeds)} trials: {skipped} already in {read_from or args.out}, {n_trials} to run in {len(groups)} "
           f"trainings ({steps} steps in all), --jobs {args.jobs}")
     if args.dry_run:
         return 0

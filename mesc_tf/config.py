@@ -294,7 +294,8 @@ DATASETS: dict[str, DatasetConfig] = {
     "orl": DatasetConfig(
         name="orl", n_samples=400, n_clusters=40,
         arch=Architecture(image_shape=(32, 32), kernels=(3, 3, 3), channels=(3, 3, 5)),
-        pixels="ORL_32x32.mat fea, raw 0..255, row-major 32x32 (faces transposed, as the DSC AE expects)",
+        pixels="ORL_32x32.mat fea, raw 0..255, row-major 32x32 (faces transposed, as the DSC AE "
+               "expects)",
         # Swept from the authors' auto-encoder, which the table fine-tunes (Makefile AUTHORS_AE):
         # best of seeds 0-2, 89.25 / 93.87, on a plateau of 88.75-89.25 (d 3-4, power 1.25-2,
         # reg2 4-8, 2500-3000 steps); the first found of four settings at 89.25, whose NMIs are

@@ -1,4 +1,5 @@
-"""Many settings, few trainings: the engine of ``experiments/sweep.py`` and ``experiments/table.py``.
+"""Many settings, few trainings: the engine of ``experiments/sweep.py`` and
+``experiments/table.py``.
 
 A *trial* is one (Settings, seed) pair on one dataset with one auto-encoder: fine-tune, cluster,
 score. Trials are not run one by one; they are grouped so that each fine-tuning is done once:
@@ -202,7 +203,8 @@ class AutoencoderSpec:
         from mesc_tf import pipeline
 
         return pipeline.get_autoencoder(
-            arch, dataset=dataset, weights=self.path if self.kind in ("weights", "pretrained") else None,
+            arch, dataset=dataset,
+            weights=self.path if self.kind in ("weights", "pretrained") else None,
             tf1_checkpoint=self.path if self.kind == "tf1" else None,
             no_pretrain=self.kind == "none")[0]
 

@@ -199,7 +199,8 @@ def test_tsne(data_env, tmp_path):
         assert len(c["labels"]) == len(y) == 24
         assert s["homogeneity"] == pytest.approx(homogeneity_score(y, c["labels"]), abs=1e-12)
         assert s["completeness"] == pytest.approx(completeness_score(y, c["labels"]), abs=1e-12)
-    assert ours["homogeneity"] == pytest.approx(np.mean([s["homogeneity"] for s in ours["per_seed"]]))
+    assert ours["homogeneity"] == pytest.approx(
+        np.mean([s["homogeneity"] for s in ours["per_seed"]]))
 
 
 def test_confusion(data_env, tmp_path, capsys):

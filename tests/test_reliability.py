@@ -575,7 +575,8 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
         (["--lr", "0"], "--lr must be a finite number > 0"), (["--lr", "inf"], "got inf"),
         (["--max-steps", "-1"], "--max-steps must be a whole number >= 0"),
         (["--max-steps", "0"], "trains nothing: give --init"),
-        (["--checkpoint-every", "0"], ">= 1"), (["--out", files["a_file"] / "x.h5"], "cannot write"),
+        (["--checkpoint-every", "0"], ">= 1"),
+        (["--out", files["a_file"] / "x.h5"], "cannot write"),
         (["--out", out, "--resume"], "nothing to resume"),
         (["--out", out, "--tensorboard", files["a_file"]], "pass a writable --tensorboard DIR"),
     ]:

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", REPO / "experiments" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_exp_{name}",
+                                                  REPO / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -37,7 +38,8 @@ def test_parse_grid_types_and_order():
     assert grid == {"reg1": [0.5, 1.0, 2.0], "epochs": [100, 200], "thr": [0.03],
                     "variant": ["mesc", "dsc"]}
     assert isinstance(grid["epochs"][0], int) and isinstance(grid["reg1"][1], float)
-    assert sweep.parse_grid(["reg1=1", "subspace-dim=3,4"]) == {"reg1": [1.0], "subspace_dim": [3, 4]}
+    assert sweep.parse_grid(["reg1=1", "subspace-dim=3,4"]) == {"reg1": [1.0],
+                                                                "subspace_dim": [3, 4]}
     assert sweep.parse_grid("") == {}
     assert sweep.parse_seeds("0-2,5") == [0, 1, 2, 5]
 
@@ -79,7 +81,8 @@ def test_invalid_setting_in_grid_is_refused():
 def test_a_missing_auto_encoder_names_the_options_as_the_command_takes_them(tmp_path,
                                                                             monkeypatch):
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
-    with pytest.raises(MescError, match="pass --weights PATH, --tf1-checkpoint PREFIX or --no-pretrain"):
+    with pytest.raises(MescError,
+                       match="pass --weights PATH, --tf1-checkpoint PREFIX or --no-pretrain"):
         sweep.resolve_autoencoder("orl")
     with pytest.raises(MescError, match="--weights orl=PATH, --tf1-checkpoint orl=PREFIX or"):
         sweep.resolve_autoencoder("orl", per_dataset=True)
@@ -133,7 +136,8 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
                         "--coef-cache", str(blocker / "cache"), "--dry-run"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
-    assert p.stderr.startswith("error: --coef-cache: output directory") and "a-file is a file)" in p.stderr
+    assert p.stderr.startswith("error: --coef-cache: output directory")
+    assert "a-file is a file)" in p.stderr
 
 
 def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
@@ -190,7 +194,8 @@ def test_results_file_survives_a_torn_line(tmp_path):
     sweep.append_jsonl(out, {**rec, "seed": 1})
     records, bad = sweep.read_records(out)
     assert [r["seed"] for r in records] == [0, 1] and bad == 1
-    assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s) for s in (0, 1)}
+    assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s)
+                                        for s in (0, 1)}
     # A file that is not a sweep's (a results.json, say) is refused, not appended to.
     other = tmp_path / "results.json"
     other.write_text(json.dumps({"settings": rec["settings"]}, indent=1))

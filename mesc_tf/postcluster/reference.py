@@ -41,7 +41,8 @@ _EIGSH_TAKES_RNG = "rng" in inspect.signature(eigsh).parameters
 
 def arpack_rng(seed):
     """Keyword arguments giving eigsh a generator for ARPACK's restart vectors (the package
-    docstring, mesc_tf.postcluster); none for a seed that is not a whole number (SciPy's default: OS entropy)."""
+    docstring, mesc_tf.postcluster); none for a seed that is not a whole number (SciPy's
+    default: OS entropy)."""
     if not _EIGSH_TAKES_RNG or not isinstance(seed, (int, np.integer)):
         return {}
     return {"rng": np.random.default_rng(int(seed))}
@@ -93,7 +94,8 @@ def affinity_from_embedding(U: np.ndarray, power: float) -> np.ndarray:
     return 0.5 * (L + L.T)
 
 
-def affinity(C, n_clusters: int, subspace_dim: int, power: float, variant: str = "mesc") -> np.ndarray:
+def affinity(C, n_clusters: int, subspace_dim: int, power: float,
+             variant: str = "mesc") -> np.ndarray:
     """Steps 1-7 of reference-facts §3.2: the n×n symmetric affinity L (float64, max 1)."""
     C = pretreat(C, variant)
     K = check_affinity_args(n_clusters, subspace_dim, power, C.shape[0])
