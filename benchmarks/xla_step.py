@@ -359,12 +359,12 @@ def parse_args(argv=None):
                          f"{folder}; write it with `python benchmarks/xla_step.py export --out "
                          f"{folder}`")
         args.datasets = names
-        if args.json:  # before compiling, not after
-            CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
         try:
             import jax  # noqa: F401
-        except ImportError:
+        except ImportError:  # before --json's folders are made: parser.error removes none
             parser.error("`time` needs JAX (pip install jax, or jax[cuda13] for a GPU)")
+        if args.json:  # before compiling, not after
+            CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     return args
 
 
