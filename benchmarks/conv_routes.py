@@ -130,7 +130,7 @@ def _col2im_stride2(taps, out_size, pad):
     for a in range(2):
         cols = []
         for b in range(2):
-            acc = 0.0
+            acc = tf.zeros((tf.shape(taps)[0], hh, ww, c), taps.dtype)  # none for k = 1, b = 1
             for kh in range(a, k, 2):
                 for kw in range(b, k, 2):
                     acc += tf.pad(taps[:, :, :, kh, kw, :],
