@@ -131,6 +131,42 @@ def test_package_exports():
     with pytest.raises(ImportError, match="MESCClustering .*mesc_tf.model.MESCNet"):
         from mesc_tf import MESCNet  # noqa: F401
     assert "MESCClustering" in dir(mesc_tf)
+    assert not hasattr(mesc_tf, "nope")
+    with pytest.raises(AttributeError, match="module 'mesc_tf' has no attribute 'nope'"):
+        mesc_tf.nope  # noqa: B018
+
+
+_IMPORT_PROBE = """
+import ctypes, os
+calls = []
+class Libc:
+    def __init__(self, name):
+        pass
+    def mallopt(self, *args):
+        calls.append(list(args))
+ctypes.CDLL = Libc
+import mesc_tf
+print(calls, os.environ["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"], "MESCClustering" in dir(mesc_tf))
+"""
+
+
+@pytest.mark.parametrize("env,want", [
+    ({}, "[[-8, 1]] 1 True"),  # M_ARENA_MAX = -8 in glibc's malloc.h
+    ({"MALLOC_ARENA_MAX": "4", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "0"}, "[] 0 True")])
+def test_package_import_sets_the_memory_options_unless_already_set(env, want):
+    """Importing mesc_tf (in a fresh process, glibc's mallopt recorded): one malloc arena and
+    oneDNN on the system allocator, each left as the user set it; and dir() names the lazy
+    MESCClustering before it is first used."""
+    import os
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("MALLOC_ARENA_MAX", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR")}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True,
+                          env={**base, "PYTHONPATH": str(ROOT), **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == want
 
 
 def test_default_architecture():

@@ -5,6 +5,8 @@
 * Every other released checkpoint, both frameworks, and DSC-Net-L2: C equals the TF1 oracle
   of mesc_tf/released_graph.py, a compat.v1 rebuild of the released graph that shares no code
   with the port.
+* The oracle itself, on a tiny synthetic problem: its first step against NumPy (loss terms
+  and one Adam update of C) and five steps against the port from the same weights.
 """
 
 import importlib.util
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from mesc_tf import cli, data, pipeline, released_graph
-from mesc_tf.config import get_config, method_settings
+from mesc_tf.config import Settings, get_config, method_settings
 from mesc_tf.weights import load_tf1_checkpoint, read_tf1_checkpoint
 
 pytestmark = pytest.mark.usefixtures("runtime")
@@ -276,3 +278,147 @@ def test_checkpoint_matches_oracle(name, method, subsets, tf1_ckpts):
     s = method_settings(name, method).replace(lr=1e-3, epochs=10)
     assert s.framework == ("decoupled" if method == "our" else "coupled")
     assert_matches_oracle(subsets[name], tf1_ckpts[name], cfg.arch, s)
+
+
+# --- the oracle itself, against NumPy on a tiny problem -----------------------------------------
+
+def _conv_pads(size, k):
+    """TF 'SAME' stride-2 padding of one side: (out, before); the odd pixel goes after."""
+    out = -(-size // 2)
+    return out, max((out - 1) * 2 + k - size, 0) // 2
+
+
+def _np_conv(x, k):
+    """tf.nn.conv2d(x, k, stride 2, 'SAME') in float64 loops (reference-facts §2.2)."""
+    n, h, w, _ = x.shape
+    (oh, ph), (ow, pw) = _conv_pads(h, k.shape[0]), _conv_pads(w, k.shape[1])
+    out = np.zeros((n, oh, ow, k.shape[3]))
+    for i in range(oh):
+        for j in range(ow):
+            for a in range(k.shape[0]):
+                for b in range(k.shape[1]):
+                    r, c = 2 * i + a - ph, 2 * j + b - pw
+                    if 0 <= r < h and 0 <= c < w:
+                        out[:, i, j] += x[:, r, c] @ k[a, b]
+    return out
+
+
+def _np_conv_transpose(x, k, shape):
+    """tf.nn.conv2d_transpose(x, k, shape, stride 2, 'SAME'): the adjoint of _np_conv."""
+    n, h, w, _ = shape
+    (_, ph), (_, pw) = _conv_pads(h, k.shape[0]), _conv_pads(w, k.shape[1])
+    out = np.zeros(shape)
+    for i in range(x.shape[1]):
+        for j in range(x.shape[2]):
+            for a in range(k.shape[0]):
+                for b in range(k.shape[1]):
+                    r, c = 2 * i + a - ph, 2 * j + b - pw
+                    if 0 <= r < h and 0 <= c < w:
+                        out[:, r, c] += x[:, i, j] @ k[a, b].T
+    return out
+
+
+def _np_first_step(x, weights, s):
+    """The loss terms of the released graph's first forward pass (§2.2-§2.4) and, decoupled
+    (C's gradient is then the regulariser's and the self-expression's only), C after the first
+    TF1 Adam update (β 0.9 / 0.999, ε 1e-8 added to √v), and that gradient."""
+    relu = lambda a: np.maximum(a, 0.0)  # noqa: E731
+    x = np.float64(x)
+    n, layers = len(x), len(weights) // 2
+    act, shapes = x, []
+    for i in range(layers):
+        k, b = weights[f"enc_{i}"]
+        shapes.append(act.shape)
+        act = relu(_np_conv(act, np.float64(k)) + b)
+    z = act.reshape(n, -1)
+    C = np.full((n, n), np.float64(np.float32(s.coef_init)))
+    cz = C @ z
+    act = cz.reshape(act.shape) if s.framework == "coupled" else act
+    for j in range(layers):
+        k, b = weights[f"dec_{j}"]
+        act = relu(_np_conv_transpose(act, np.float64(k), shapes[layers - 1 - j]) + b)
+    inside = (C > 1e-12) & (C < 1)
+    log = np.log(np.clip(C, 1e-12, 1.0))
+    reg, dreg = {"entropy": (0.5 * np.sum(C * log), 0.5 * (log + inside)),
+                 "l1": (np.abs(C).sum(), np.sign(C)), "l2": ((C**2).sum(), 2 * C)}[s.regularizer]
+    terms = {"recon": s.recon_scale * np.sum((act - x) ** 2), "reg": reg,
+             "selfexp": 0.5 * np.sum((z - cz) ** 2)}
+    terms["loss"] = terms["recon"] + s.reg1 * terms["reg"] + s.reg2 * terms["selfexp"]
+    g = s.reg1 * dreg - s.reg2 * (z - cz) @ z.T
+    lr_t = s.lr * np.sqrt(1 - 0.999) / (1 - 0.9)
+    return terms, C - lr_t * (0.1 * g) / (np.sqrt(0.001 * g**2) + 1e-8), g
+
+
+def _tiny_weights(seed=0):
+    """Two encoder and two decoder layers for 7×6 images (odd sides: the explicit output
+    shapes matter), in read_tf1_checkpoint's layout, with non-zero biases."""
+    rng = np.random.default_rng(seed)
+    shapes = {"enc_0": (3, 3, 1, 2), "enc_1": (3, 3, 2, 3), "dec_0": (3, 3, 2, 3),
+              "dec_1": (3, 3, 1, 2)}
+    return {name: (0.4 * rng.standard_normal(shape).astype(np.float32),
+                   0.1 * rng.random(shape[2 if name.startswith("dec") else 3]).astype(np.float32))
+            for name, shape in shapes.items()}
+
+
+@pytest.mark.parametrize("framework,regularizer,coef_init", [
+    ("decoupled", "entropy", 1e-4), ("coupled", "entropy", 1e-4),
+    ("decoupled", "entropy", 1e-10),  # inside the log's clip, not at its bound
+    ("decoupled", "entropy", 1.5),  # above 1: log 1 = 0, and no gradient through the clip
+    ("decoupled", "entropy", -0.01),  # below: the unclipped C times ln 1e-12
+    ("decoupled", "l1", -0.01), ("coupled", "l2", -0.01)])
+def test_released_graph_first_step_is_numpys(framework, regularizer, coef_init):
+    """The oracle's first fetched loss terms (each under its own name) are those of an
+    independent NumPy forward pass with the code's constants (½ on E and S, none on R, reg1 on
+    the regulariser, reg2 on S, the clip of the entropy's log only), and, decoupled, the C it
+    returns after one step is one TF1 Adam update (ε 1e-8) of it: the faithfulness tests above
+    only compare the port with it on the released checkpoints' settings."""
+    x = np.random.default_rng(1).random((5, 7, 6, 1)).astype(np.float32)
+    weights = _tiny_weights()
+    s = Settings(framework=framework, regularizer=regularizer, reg1=0.7, reg2=0.3, lr=1e-3,
+                 coef_init=coef_init, recon_scale=0.5)
+    c, history, _ = released_graph.finetune(x, weights, s, steps=1)
+    terms, c1, g = _np_first_step(x, weights, s)
+    assert set(history) == set(terms)
+    for key, value in terms.items():
+        assert len(history[key]) == 1
+        np.testing.assert_allclose(history[key][0], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    if framework == "decoupled":
+        assert np.abs(g).min() > 1e-3  # no sign of the gradient left to rounding
+        np.testing.assert_allclose(c - np.float32(coef_init), c1 - np.float32(coef_init),
+                                   rtol=1e-4, atol=1e-9)
+
+
+def test_released_graph_takes_steps_and_times_each_update(monkeypatch):
+    """``steps`` overrides settings.epochs, and each step's seconds are that update's alone
+    (a clock read just before and just after each session run)."""
+    from types import SimpleNamespace
+
+    clock = iter([0.0, 1.0, 10.0, 12.0, 20.0, 23.0])
+    monkeypatch.setattr(released_graph, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    x = np.random.default_rng(1).random((5, 7, 6, 1)).astype(np.float32)
+    s = Settings(lr=1e-3, epochs=7)
+    _, history, seconds = released_graph.finetune(x, _tiny_weights(), s, steps=3)
+    assert seconds == [1.0, 2.0, 3.0]
+    assert all(len(history[k]) == 3 for k in released_graph.TERMS)
+
+
+@pytest.mark.parametrize("framework,regularizer", [("decoupled", "entropy"), ("coupled", "l1")])
+def test_released_graph_steps_are_the_ports_on_a_tiny_problem(framework, regularizer):
+    """Five steps on the tiny problem, from the same weights: the oracle's C and every step's
+    loss terms are the port's. After the first update C is no longer constant, so this sees
+    what one step cannot (Adam's β2 through its second moment, C·Z against Cᵀ·Z, the encoder
+    and decoder trained with C)."""
+    from mesc_tf.config import Architecture
+    from mesc_tf.weights import autoencoder_with
+
+    x = np.random.default_rng(1).random((5, 7, 6, 1)).astype(np.float32)
+    weights = _tiny_weights()
+    s = Settings(framework=framework, regularizer=regularizer, reg1=0.7, reg2=0.3, lr=1e-2,
+                 epochs=5, coef_init=1e-4)
+    c_tf1, history_tf1, _ = released_graph.finetune(x, weights, s)
+    ae = autoencoder_with(Architecture((7, 6), (3, 3), (2, 3)), weights, "tiny")
+    model, history, _ = pipeline.fine_tune(x, s, ae, verbose=0)
+    moved = c_tf1 - np.float32(s.coef_init)
+    assert rel_err(model.coef.numpy() - np.float32(s.coef_init), moved) <= RTOL
+    for key in released_graph.TERMS:
+        np.testing.assert_allclose(history[key], history_tf1[key], rtol=LOSS_RTOL, err_msg=key)

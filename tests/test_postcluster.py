@@ -104,6 +104,62 @@ def test_bad_inputs():
         post_proC(np.eye(5), 6, 1, 1.0)
     with pytest.raises(MescError, match="unknown post_proC variant 'nope'"):
         pretreat(np.eye(3), "nope")
+    with pytest.raises(MescError, match=r"square n×n matrix with n >= 2, got shape \(1, 1\)"):
+        cluster(np.ones((1, 1)), 1, 0.2, 1, 1.0)
+    with pytest.raises(MescError, match="subspace_dim must be a whole number >= 1, got 0"):
+        cluster(np.eye(5), 2, 0.2, 0, 1.0)
+
+
+def test_integer_and_boolean_C_are_taken_as_float64():
+    """Whole numbers become float64, not float32 (2²⁴ + 1 has no float32), and a boolean C is a
+    0/1 matrix, not an error."""
+    C = np.array([[2**24 + 1, 1], [3, 2**24 + 3]])
+    out = thrC(C, 1.0)
+    assert out.dtype == np.float64 and np.array_equal(out, C)
+    B = _blocks()[0] > 0.3
+    np.testing.assert_array_equal(cluster(B, 4, 0.2, 3, 4.0),
+                                  cluster(np.float64(B), 4, 0.2, 3, 4.0))
+
+
+def test_reference_route_passes_its_settings_on(monkeypatch):
+    """cluster(method="reference") is thrC_reference (skipped where thr >= 1), affinity with
+    the variant, then spectral with the seed; ``info`` names the route, each step's seconds
+    are its own, and ``import *`` gives the six public names."""
+    from types import SimpleNamespace
+
+    import mesc_tf.postcluster as pc
+
+    calls = []
+
+    def spy(name):
+        real = getattr(pc, name)
+
+        def recorded(*args):
+            calls.append((name, args[1:]))
+            return real(*args)
+
+        monkeypatch.setattr(pc, name, recorded)
+
+    for name in ("thrC_reference", "affinity", "spectral"):
+        spy(name)
+    C, _ = _blocks()
+    clock = iter([0.0, 1.0, 3.0, 6.0])
+    monkeypatch.setattr(pc, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    info = {}
+    _, timings = cluster(C, 4, 0.2, 3, 4.0, "dsc", seed=5, method="reference",
+                         return_timings=True, info=info)
+    assert info == {"method": "reference"}
+    assert calls == [("thrC_reference", (0.2,)), ("affinity", (4, 3, 4.0, "dsc")),
+                     ("spectral", (4, 5))]
+    assert timings == {"thrc_s": 1.0, "svd_s": 2.0, "spectral_s": 3.0}
+    calls.clear()
+    monkeypatch.setattr(pc, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    cluster(C, 4, 1.0, 3, 4.0, method="reference")
+    assert [name for name, _ in calls] == ["affinity", "spectral"]
+    names = {}
+    exec("from mesc_tf.postcluster import *", names)
+    assert set(names) - {"__builtins__"} == {"affinity", "cluster", "post_proC", "pretreat",
+                                             "spectral", "thrC"}
 
 
 @pytest.mark.parametrize("method", ["fast", "strict", "reference"])
@@ -139,7 +195,9 @@ def test_C_whose_sums_overflow_is_one_clear_error(method):
     """Finite entries whose column sums (float32: thrC's bar) or squares (the SVD's CᵀC in
     float64) overflow: the fast thrC parted from the reference there, and the routes then
     failed inside numpy or sklearn (IndexError, ValueError)."""
-    for C in (np.full((10, 10), 3e38, np.float32), np.full((10, 10), 1e200)):
+    # 2e37: ten of them sum to 2e38, within a factor 2 of float32's 3.4e38 (the bound's room).
+    for C in (np.full((10, 10), 3e38, np.float32), np.full((10, 10), 1e200),
+              np.full((10, 10), 2e37, np.float32)):
         with pytest.raises(MescError, match="thrC: C's entries are too large"):
             cluster(C, 2, 0.5, 1, 1.0, method=method)
         with pytest.raises(MescError, match="C's entries are too large"):
