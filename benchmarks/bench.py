@@ -29,9 +29,10 @@ Per dataset it measures, in that one process:
 The post-clustering C is the one fine-tuned in the timing runs (warm-up + timed steps, last
 ``--jit`` mode) from the dataset's auto-encoder (``pretrained/<dataset>.h5``, else the original
 TF1 checkpoint if found, else he_normal), or ``--coef DIR``'s ``<dataset>.npy`` where it exists.
-Real data is used when the dataset files are found, otherwise random images of the right shape. ``--e2e`` first
-runs ``experiments/run.py --dataset mnist`` end to end (127 steps, all 10000 images) in a
-subprocess and reports its peak RSS; MNIST's post-clustering then uses that run's trained C.
+Real data is used when the dataset files are found, otherwise random images of the right shape.
+``--e2e`` first runs ``experiments/run.py --dataset mnist`` end to end (127 steps, all 10000
+images) in a subprocess and reports its peak RSS; MNIST's post-clustering then uses that run's
+trained C.
 The report records whether TensorFlow's BFC pool was on (``tf_cpu_allocator``; set
 ``TF_CPU_ALLOCATOR_USE_BFC=true`` before the command, README "Performance").
 """
@@ -288,7 +289,8 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
         raise
     wall = time.perf_counter() - t
     res = {"dataset": dataset, "command": " ".join(cmd[1:]),
-           "exit_status": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
+           "exit_status": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
+           "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
     results = Path(out_dir) / "results.json"
     if results.is_file():
         run = json.loads(results.read_text())

@@ -1,6 +1,7 @@
 """Time the fast post-clustering's two spectral routes for n > 4096 on a saved C (issue 6).
 
-    python benchmarks/spectral_routes.py --coef /tmp/coef13/mnist.npy --clusters 10 --thr 0.03 --settings 24:8,32:16
+    python benchmarks/spectral_routes.py --coef /tmp/coef13/mnist.npy --clusters 10 \\
+        --thr 0.03 --settings 24:8,32:16
 
 Above ``postcluster.fast.SI_LU_MAX_N`` the fast route's spectral step is a Cholesky shift-invert,
 after Lanczos on D^-½·A·D^-½ (one memory-bound product per step, nothing factorised) if

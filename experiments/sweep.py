@@ -150,7 +150,8 @@ def main(argv=None):
     read_from = " + ".join(str(f) for f in (*sweep.archive_paths(args.out), args.out) if f.exists())
     print(f"{args.dataset} ({args.method}), auto-encoder: {ae.describe()}")
     print(f"{len(settings)} settings x {len(args.seeds)} seeds = "
-          f"{len(settings) * len(args.seeds)} trials: {skipped} already in {read_from or args.out}, {n_trials} to run in {len(groups)} "
+          f"{len(settings) * len(args.seeds)} trials: {skipped} already in "
+          f"{read_from or args.out}, {n_trials} to run in {len(groups)} "
           f"trainings ({steps} steps in all), --jobs {args.jobs}")
     if args.dry_run:
         return 0

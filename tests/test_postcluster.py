@@ -100,7 +100,8 @@ def test_bad_inputs():
         thrC(np.ones((3, 4)), 0.1)
     with pytest.raises(MescError, match="thrC: C contains NaN or inf"):
         thrC(np.array([[1.0, np.nan], [0.0, 1.0]]), 0.1)
-    with pytest.raises(MescError, match="n_clusters must be a whole number between 1 and n=5, got 6"):
+    with pytest.raises(MescError,
+                       match="n_clusters must be a whole number between 1 and n=5, got 6"):
         post_proC(np.eye(5), 6, 1, 1.0)
     with pytest.raises(MescError, match="unknown post_proC variant 'nope'"):
         pretreat(np.eye(3), "nope")

@@ -44,7 +44,8 @@ def mesc_like(n=120, seed=0, steps=127, lr=1e-4):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 4, n)
     same = (y[:, None] == y[None, :]).astype(np.float32)
-    C = 1e-4 + steps * lr * (0.3 + 0.05 * rng.standard_normal((n, n)) + same * rng.random((n, n)) ** 12)
+    C = 1e-4 + steps * lr * (0.3 + 0.05 * rng.standard_normal((n, n))
+                             + same * rng.random((n, n)) ** 12)
     return C.astype(np.float32), y
 
 

@@ -16,7 +16,8 @@ def check_square(C, where: str, name: str = "C") -> np.ndarray:
     ``name``: "C" (a self-expression matrix) or "L" (an affinity), for the messages."""
     what, hint = (("self-expression coefficient matrix",
                    "training probably diverged, lower the learning rate or the regulariser weights")
-                  if name == "C" else ("affinity matrix", "pass an affinity with entries in [0, 1]"))
+                  if name == "C"
+                  else ("affinity matrix", "pass an affinity with entries in [0, 1]"))
     if sp.issparse(C):
         raise MescError(f"{where}: {name} is a scipy.sparse matrix; pass a dense array "
                         f"({name}.toarray())")
@@ -79,7 +80,8 @@ def check_ratio(ratio):
 
 def check_variant(variant):
     if variant not in VARIANTS:
-        raise MescError(f"unknown post_proC variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        raise MescError(f"unknown post_proC variant {variant!r}; "
+                        f"choose one of {', '.join(VARIANTS)}")
 
 
 def zero_affinity():
