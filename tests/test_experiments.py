@@ -1050,16 +1050,21 @@ def test_every_make_target_passes_options_its_script_takes():
     import importlib.util
     import shlex
 
+    import os
+
+    # Under `make test` the parent's MAKEFLAGS and MAKELEVEL would add "Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     database = subprocess.run(["make", "-pnq", "help"], cwd=REPO, capture_output=True,
-                              text=True).stdout
+                              text=True, env=env).stdout
     targets = next(line for line in database.splitlines()
                    if line.startswith(".PHONY:")).split()[1:]
     skipped = {"help", "install", "test", "figures"}  # figures: the targets below, in turn
     assert {"bench", "table", "faithfulness", "orl", "pretrain-toy", "tsne"} <= set(targets)
     for target in [t for t in targets if t not in skipped]:
         extra = ["DATASET=toy"] if target == "run" else []
-        out = subprocess.run(["make", "-n", target, "PYTHON=python", *extra], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["make", "-n", "--no-print-directory", target, "PYTHON=python",
+                              *extra], cwd=REPO, capture_output=True, text=True, check=True,
+                             env=env).stdout
         lines = out.replace("\\\n", " ").splitlines()
         assert len(lines) == 1, (target, lines)
         python, script, *argv = shlex.split(lines[0])
