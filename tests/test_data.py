@@ -367,3 +367,62 @@ def test_real_usps_mnist():
     assert mnist.x.shape == (10000, 28, 28, 1) and mnist.x.max() == 255
     assert counts(mnist) == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
     assert mnist.y[:5].tolist() == [8, 3, 2, 1, 5]  # digits 7, 2, 1, 0, 4
+
+
+# --- cases a mutation run found unchecked ----------------------------------------------------
+
+
+def test_square_fea_is_read_by_rows(tmp_path):
+    """As many samples as pixels (256 USPS images of 16x16): fea is read one image per row, as
+    stored, not taken for a transposed file; gnd 0..9 become 1..10 (gnd - min + 1)."""
+    rng = np.random.default_rng(3)
+    fea = rng.uniform(-1, 1, size=(256, 256))
+    gnd = (np.arange(256) % 10)[:, None]
+    savemat(tmp_path / "USPS.mat", fea=fea, gnd=gnd)
+    ds = load_dataset("usps", tmp_path)
+    np.testing.assert_allclose(ds.x[5, :, :, 0], ((fea[5] + 1) / 2).reshape(16, 16), rtol=1e-6)
+    np.testing.assert_array_equal(ds.y, gnd.ravel() + 1)
+
+
+def test_fractional_labels_are_refused(tmp_path):
+    """gnd 1.5 is no class: the file is refused, not truncated to class 1."""
+    fea, gnd = fea_gnd(20, 2, dtype=np.float64)
+    gnd = gnd.astype(np.float64)
+    gnd[0] = 1.5
+    savemat(tmp_path / "COIL20.mat", fea=fea / 255.0, gnd=gnd)
+    expect_error("whole-number labels", load_dataset, "coil20", tmp_path)
+
+
+def test_coil40_labels_follow_the_rows(tmp_path):
+    """COIL40 is COIL100.mat's first 2880 rows with their own labels, in file order (a file
+    whose rows are not sorted by object keeps each image with its label)."""
+    fea, gnd = fea_gnd(100, 72)
+    order = np.random.default_rng(4).permutation(2880)
+    fea[:2880], gnd[:2880] = fea[order], gnd[order]
+    savemat(tmp_path / "COIL100.mat", fea=fea, gnd=gnd)
+    ds = load_dataset("coil40", tmp_path)
+    np.testing.assert_array_equal(ds.y, gnd[:2880].ravel())
+    np.testing.assert_array_equal(ds.x[9, :, :, 0], fea[9].reshape(32, 32))
+
+
+def test_toy_labels_follow_the_configured_object_order(tmp_path, monkeypatch):
+    """Toy labels are 1..3 in the order the config lists COIL20's objects, not by object id."""
+    from mesc_tf.config import get_config
+
+    fea, gnd = fea_gnd(20, 2, dtype=np.float64)
+    savemat(tmp_path / "COIL20.mat", fea=fea / 255.0, gnd=gnd)
+    monkeypatch.setitem(get_config("toy").extra, "coil20_objects", (3, 1, 2))
+    toy = load_dataset("toy", tmp_path)
+    np.testing.assert_array_equal(toy.y, [2, 2, 3, 3, 1, 1])  # objects 1, 1, 2, 2, 3, 3
+
+
+def test_validate_images_edges():
+    """No images, n_clusters 0 or 2.5 are errors; an all-zero batch is fine when not training
+    (encoding); negative pixels warn (the decoder's last ReLU cannot reach them)."""
+    x = np.ones((3, 4, 5))
+    expect_error("images have shape", validate_images, np.zeros((0, 4, 5)), training=False)
+    expect_error("n_clusters must be a whole number >= 1", validate_images, x, n_clusters=0)
+    expect_error("n_clusters must be a whole number >= 1", validate_images, x, n_clusters=2.5)
+    assert validate_images(np.zeros((2, 4, 5)), training=False).shape == (2, 4, 5, 1)
+    with pytest.warns(UserWarning, match=r"50% of the pixels are negative"):
+        validate_images(np.stack([-x[0], x[0]]))
