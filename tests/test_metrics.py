@@ -66,6 +66,9 @@ def test_mismatched_cluster_counts():
 def test_column_vector_and_float_labels():
     y = np.array([[1.0], [1.0], [2.0], [2.0]])  # gnd as loaded from a .mat file
     assert accuracy(y, [1, 1, 0, 0]) == 1.0
+    # a (1, n) row as well: flattened, not refused or read as one sample of n labels
+    assert accuracy(y.T, np.array([[1, 1, 0, 0]])) == 1.0
+    assert nmi(y.T, [0, 0, 1, 1]) == pytest.approx(1.0)
 
 
 def test_bad_input():
@@ -96,3 +99,39 @@ def test_bool_labels_and_ragged_input():
     assert accuracy(np.array([True, True, False, False]), [1, 1, 0, 0]) == 1.0
     with pytest.raises(MescError, match="y_true is not an array of labels"):
         accuracy([[0, 1], [1]], [0, 1])
+
+
+def test_f1_unmapped_renumbers_gt_to_one_based():
+    """MESC's printed F1 compares gt renumbered 1..K with spectral labels + 1 (§3.3): labels
+    0..K-1 or 5, 6, 7 must give the same value as gt 1..K (sklearn's micro-F1 by hand)."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 3, 40)
+    pred = rng.integers(0, 3, 40)
+    want = f1_score(y + 1, pred + 1, average="micro")  # = mean(y == pred)
+    assert want == pytest.approx(np.mean(y == pred))
+    assert f1_unmapped(y, pred) == pytest.approx(want)
+    assert f1_unmapped(y + 5, pred) == pytest.approx(want)
+
+
+def test_metrics_against_independent_definitions():
+    """Random labelings with more, fewer and as many clusters as classes: ACC against scipy's
+    linear_sum_assignment, purity against its loop, NMI / ARI against sklearn."""
+    from scipy.optimize import linear_sum_assignment
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    rng = np.random.default_rng(5)
+    for k_true, k_pred in ((4, 4), (3, 5), (5, 3)):
+        y = rng.integers(0, k_true, 60) * 2 + 1
+        pred = rng.integers(0, k_pred, 60) + 10
+        classes, clusters = np.unique(y), np.unique(pred)
+        G = np.array([[np.sum((y == a) & (pred == b)) for b in clusters] for a in classes])
+        rows, cols = linear_sum_assignment(-G)
+        assert accuracy(y, pred) == pytest.approx(G[rows, cols].sum() / y.size)
+        pur = sum(max(np.sum((y == a) & (pred == b)) for a in classes) for b in clusters)
+        res = evaluate(y, pred)
+        assert res["pur"] == pytest.approx(pur / y.size) == purity(y, pred)
+        assert res["nmi"] == pytest.approx(normalized_mutual_info_score(y, pred))
+        assert res["ari"] == pytest.approx(adjusted_rand_score(y, pred))
+        assert res["acc"] == pytest.approx(accuracy(y, pred)) == pytest.approx(res["f1"])

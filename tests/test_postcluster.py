@@ -86,6 +86,65 @@ def test_thrC_running_sum_is_float64_as_the_released_code_ran():
     np.testing.assert_array_equal(got, thrC_loop(C, ratio))
 
 
+def test_thrC_bar_uses_the_columns_own_float32_l1_sum():
+    """The bar is ratio × the column's L1 sum in its own dtype (§3.1, the loop's np.sum): for
+    float32 [1, e, e, e] with e = 2⁻²⁴ that sum rounds to 1.0, so at ratio 1/(1 + 1.5e) the
+    first entry already passes it and only it is kept; a float64 L1 (1 + 3e) keeps three."""
+    e = np.float32(2.0**-24)
+    C = np.random.default_rng(0).random((4, 4)).astype(np.float32)
+    C[:, 0] = [e, 1, e, e]
+    ratio = 1 / (1 + 1.5 * float(e))
+    for got in (thrC(C, ratio), pc_thrc.thrC_reference(C, ratio)):
+        np.testing.assert_array_equal(got, thrC_loop(C, ratio))
+        assert np.count_nonzero(got[:, 0]) == 1
+
+
+def test_thrC_bar_straddled_by_float32_rounding_either_way():
+    """Random float32 columns whose own-dtype L1 sum is below, then above, the float64 one; the
+    ratio puts a running-sum value between the two bars, so a float64 bar would stop one entry
+    late (the next sum is far above it) or early (the previous far below). Both must be caught
+    and redone as the reference (the loop of §3.1) does."""
+    n, k = 40, 13
+    C = np.random.default_rng(7).random((n, n)).astype(np.float32)
+    S = np.abs(np.sort(-np.abs(C), axis=0))
+    l32 = np.array([np.sum(S[:, i]) for i in range(n)], np.float64)  # 1-D: pairwise
+    l64 = np.sum(S.astype(np.float64), axis=0)
+    for below in (True, False):
+        j = int(np.flatnonzero((l32 < l64) if below else (l32 > l64))[0])
+        csum = np.cumsum(S[:, j], dtype=np.float64)[k]
+        ratio = csum / (0.5 * (l32[j] + l64[j]))
+        assert (ratio * l32[j] < csum) == below and (csum < ratio * l64[j]) == below
+        want = thrC_loop(C, ratio)
+        assert np.count_nonzero(want[:, j]) == (k + 1 if below else k + 2)
+        np.testing.assert_array_equal(thrC(C, ratio), want)
+        np.testing.assert_array_equal(pc_thrc.thrC_reference(C, ratio), want)
+
+
+def test_thrC_column_that_never_passes_the_bar_is_kept_whole():
+    """Ratio 1 − 2⁻⁵³ on a float64 column [1, 16 × 2⁻⁵³]: the running sum stays at 1.0 but the
+    pairwise L1 sum is 1 + 14·2⁻⁵³, so no position passes the bar. The loop would index past
+    the end; thrC (both forms) keeps the column whole, as ratio ≥ 1 would, not only its top."""
+    n = 17
+    C = np.random.default_rng(1).random((n, n))
+    C[:, 0] = np.r_[1.0, np.full(n - 1, 2.0**-53)]
+    ratio = 1 - 2.0**-53
+    for got in (thrC(C, ratio), pc_thrc.thrC_reference(C, ratio),
+                pc_thrc.thrC_sparse(C, ratio).toarray()):
+        np.testing.assert_array_equal(got[:, 0], C[:, 0])
+
+
+def test_thrC_sparse_stores_no_explicit_zeros():
+    """thrC_sparse drops the zeros it keeps (an all-zero column is kept whole): its stored
+    entries are exactly thrC's non-zeros."""
+    C = np.random.default_rng(2).standard_normal((30, 30))
+    C[:, 3] = 0
+    C[::4, 5] = 0
+    for ratio in (0.2, 0.9):
+        Cs = pc_thrc.thrC_sparse(C, ratio)
+        assert Cs.nnz == np.count_nonzero(thrC(C, ratio))
+        np.testing.assert_array_equal(Cs.toarray(), thrC(C, ratio))
+
+
 def test_thrC_returns_C_order_for_any_layout():
     """The reference's Cp = np.zeros((N, N)) is C-ordered whatever C is; the SVD downstream
     rounds by layout, so a Fortran-ordered C must give the same array."""
@@ -282,3 +341,96 @@ def test_rank_clipped_below_n():
     labels = post_proC(C, 2, 8, 1.0, "dsc")
     assert accuracy(y, labels) == 1.0
     assert spectral(affinity(C, 2, 8, 1.0), 2).shape == (8,)
+
+
+def test_svd_embedding_and_affinity_against_numpy():
+    """Steps 3-7 of §3.2 from LAPACK's SVD, written out: U·diag(√σ) of the r leading triplets,
+    rows L2-normalised; Z = UUᵀ with negatives set to 0; L = Z^power / max, symmetrised. The
+    fast route shares svd_embedding with the reference, so only this pins it down."""
+    from mesc_tf.postcluster.reference import affinity_from_embedding, svd_embedding
+
+    rng = np.random.default_rng(3)
+    C = rng.standard_normal((30, 30)) + 3 * np.eye(30)
+    r = 2 * 3 + 1
+    U, s, _ = np.linalg.svd(C)
+    E = U[:, :r] * np.sqrt(s[:r])
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    got = svd_embedding(C, 3, 2)
+    np.testing.assert_allclose(got @ got.T, E @ E.T, atol=1e-9)
+    Z = np.maximum(E @ E.T, 0.0)
+    assert (E @ E.T).min() < -0.1  # the zeroing of negatives matters here
+    L = Z**3.5 / (Z**3.5).max()
+    np.testing.assert_allclose(affinity_from_embedding(got, 3.5), 0.5 * (L + L.T), atol=1e-9)
+    np.testing.assert_allclose(affinity(C, 3, 2, 3.5, "dsc"), affinity_from_embedding(
+        svd_embedding(0.5 * (C + C.T), 3, 2), 3.5), atol=0)
+
+
+def test_svds_starts_from_a_vector_of_ones(monkeypatch):
+    """§3.2 step 3: svds with v0 = ones (ARPACK's start is otherwise random: bits and the
+    signs of U change from call to call)."""
+    from mesc_tf.postcluster import reference as pc_ref
+
+    seen = []
+
+    def spy(C, r, **kw):
+        seen.append(kw.get("v0"))
+        return real(C, r, **kw)
+
+    real = pc_ref.svds
+    monkeypatch.setattr(pc_ref, "svds", spy)
+    C = np.abs(np.random.default_rng(4).standard_normal((25, 25)))
+    pc_ref.svd_embedding(C, 3, 2)
+    assert len(seen) == 1 and seen[0] is not None
+    np.testing.assert_array_equal(seen[0], np.ones(25))
+
+
+def test_spectral_is_sklearns_discretize_arpack():
+    """§3.2 step 8: SpectralClustering(K, arpack, precomputed, 'discretize') with the seed as
+    random_state, labels as sklearn gives them (numbering included)."""
+    from sklearn.cluster import SpectralClustering
+
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((60, 4))
+    L = np.exp(-np.square(X[:, None] - X[None]).sum(-1))  # no clear clusters: methods differ
+    for seed in (0, 1):
+        want = SpectralClustering(4, eigen_solver="arpack", affinity="precomputed",
+                                  assign_labels="discretize", random_state=seed).fit(L).labels_
+        np.testing.assert_array_equal(spectral(L, 4, seed), want)
+        kmeans = SpectralClustering(4, eigen_solver="arpack", affinity="precomputed",
+                                    assign_labels="kmeans", random_state=seed).fit(L).labels_
+        assert not np.array_equal(kmeans, want)
+
+
+def test_post_proC_passes_its_seed_to_the_spectral_step():
+    """post_proC(seed=s) is spectral(affinity(C), K, s): on a C without clear clusters the
+    discretisation's random rotation, hence the labels, depend on the seed."""
+    C = np.abs(np.random.default_rng(8).standard_normal((60, 60)))
+    L = affinity(C, 4, 2, 2.0)
+    for seed in (1, 2):
+        got = post_proC(C, 4, 2, 2.0, seed=seed)
+        np.testing.assert_array_equal(got, spectral(L, 4, seed))
+        assert not np.array_equal(got, spectral(L, 4, 0))
+
+
+def test_thrC_more_rows_than_one_copy_tile():
+    """thrC copies C's columns into rows tile by tile (256 rows a tile): n = 300 takes two
+    tiles, and every row must reach the result (the loop of §3.1 on the same C)."""
+    C = np.random.default_rng(9).standard_normal((300, 300)).astype(np.float32)
+    want = thrC_loop(C, 0.3)
+    np.testing.assert_array_equal(thrC(C, 0.3), want)
+    np.testing.assert_array_equal(pc_thrc.thrC_sparse(C, 0.3).toarray(), want)
+
+
+def test_arpack_rng_is_the_seeds_own_generator():
+    """The fast route's eigsh restarts draw from a generator seeded with ``seed`` itself (the
+    package docstring), so a run is repeatable under its stated seed; no generator (SciPy's
+    own entropy) for a seed that is not a whole number, e.g. None."""
+    from mesc_tf.postcluster import reference as pc_ref
+
+    if not pc_ref._EIGSH_TAKES_RNG:
+        assert pc_ref.arpack_rng(3) == {}
+        return
+    for seed in (0, 3, np.int64(7)):
+        got = pc_ref.arpack_rng(seed)["rng"].random(4)
+        np.testing.assert_array_equal(got, np.random.default_rng(int(seed)).random(4))
+    assert pc_ref.arpack_rng(None) == {} and pc_ref.arpack_rng(1.5) == {}
