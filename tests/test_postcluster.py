@@ -365,6 +365,21 @@ def test_svd_embedding_and_affinity_against_numpy():
         svd_embedding(0.5 * (C + C.T), 3, 2), 3.5), atol=0)
 
 
+def test_svd_embedding_is_the_released_lines_bit_for_bit():
+    """The released lines, U = U[:, ::-1]; S = diag(√σ[::-1]); normalize(U.dot(S)), give a
+    row-major array, and sklearn's row norms round by layout: the embedding must be that one to
+    the last bit, not the same products on the reversed column view."""
+    from scipy.sparse.linalg import svds
+    from sklearn.preprocessing import normalize
+
+    from mesc_tf.postcluster.reference import svd_embedding
+
+    C = np.random.default_rng(0).random((300, 300)).astype(np.float32)
+    U, s, _ = svds(C, 12, v0=np.ones(300))
+    want = normalize(U[:, ::-1].dot(np.diag(np.sqrt(s[::-1]))), norm="l2", axis=1)
+    np.testing.assert_array_equal(svd_embedding(C, 11, 1), want)
+
+
 def test_svds_starts_from_a_vector_of_ones(monkeypatch):
     """§3.2 step 3: svds with v0 = ones (ARPACK's start is otherwise random: bits and the
     signs of U change from call to call)."""

@@ -79,7 +79,9 @@ def svd_embedding(C: np.ndarray, n_clusters: int, subspace_dim: int,
         U, s, _ = np.linalg.svd(C, full_matrices=False)
         U, s = U[:, r - 1::-1], s[r - 1::-1]
     U, s = U[:, ::-1], s[::-1]  # scipy returns ascending singular values; the code reverses them
-    return normalize(U * np.sqrt(s), norm="l2", axis=1)
+    # U.dot(diag(√s)) there: the same products, laid out by rows, which sets how sklearn's
+    # row norms round (on the reversed view they differ in the last bit).
+    return normalize(np.ascontiguousarray(U * np.sqrt(s)), norm="l2", axis=1)
 
 
 def affinity_from_embedding(U: np.ndarray, power: float) -> np.ndarray:
