@@ -136,9 +136,10 @@ def main(argv=None, cleanup=None):
     run_file = ckpt / "run.json"
     if args.resume:
         try:  # no run.json: a checkpoint from before minibatches, so full batch, start unknown
-            recorded = json.loads(run_file.read_text()) if run_file.exists() else {}
-            recorded = {k: recorded.get(k) for k in ("batch_size", "seed", "lr", "initializer",
-                                                     "init", "dataset", "checkpoint_every")}
+            raw = json.loads(run_file.read_text()) if run_file.exists() else {}
+            recorded = {k: raw.get(k) for k in ("batch_size", "seed", "lr", "initializer",
+                                                "init", "dataset", "checkpoint_every")}
+            known = set(raw)  # a key set to None: the whole set, no --init, no initializer
             ok = {"batch_size": lambda v: not pretrain_problem("batch_size", v),
                   "seed": lambda v: isinstance(v, int) and v >= 0,
                   "lr": lambda v: not pretrain_problem("lr", v),
@@ -166,11 +167,15 @@ def main(argv=None, cleanup=None):
             args.checkpoint_every = recorded["checkpoint_every"]
         for name in ("batch_size", "seed", "lr", "initializer", "init"):
             given, kept = getattr(args, name), recorded[name]
+            if name == "batch_size" and given is not None and given >= len(ds.x):
+                given = None  # the whole set, recorded as None
             if name == "init" and given is not None and kept is not None:
                 given, kept = Path(given).resolve(), Path(kept).resolve()
-            if given is not None and kept is not None and given != kept:  # None: not recorded
-                raise MescError(f"--{name.replace('_', '-')} {given} differs from the {kept} "
-                                f"the checkpoint {ckpt} was made with; resume without it")
+            # None where the key is missing: an older run.json, which did not record it.
+            if given is not None and (kept is not None or name in known) and given != kept:
+                raise MescError(f"--{name.replace('_', '-')} {given} differs from the "
+                                f"{'none' if kept is None else kept} the checkpoint {ckpt} was "
+                                "made with; resume without it")
         seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
         batch_size = recorded["batch_size"]
         # The schedule the checkpoint's run started with (the rate also bounds its halving).
