@@ -173,9 +173,10 @@ def main(argv=None, cleanup=None):
                 given, kept = Path(given).resolve(), Path(kept).resolve()
             # None where the key is missing: an older run.json, which did not record it.
             if given is not None and (kept is not None or name in known) and given != kept:
-                raise MescError(f"--{name.replace('_', '-')} {given} differs from the "
-                                f"{'none' if kept is None else kept} the checkpoint {ckpt} was "
-                                "made with; resume without it")
+                was = kept if kept is not None else {
+                    "batch_size": "full batch", "init": "fresh start (no --init)"}.get(name, "none")
+                raise MescError(f"--{name.replace('_', '-')} {given} differs from the {was} the "
+                                f"checkpoint {ckpt} was made with; resume without it")
         seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
         batch_size = recorded["batch_size"]
         # The schedule the checkpoint's run started with (the rate also bounds its halving).

@@ -243,8 +243,8 @@ def test_resume_refuses_options_a_full_batch_fresh_run_did_not_have(orl, tmp_pat
         "batch_size": None, "seed": 0, "lr": ORL.pretrain.lr, "initializer": "glorot_uniform",
         "init": None, "dataset": "orl", "checkpoint_every": 1}))
     out = tmp_path / "orl.h5"
-    for argv, needle in ((["--batch-size", "60"], "--batch-size 60 differs from the none"),
-                         (["--init", start], "differs from the none")):
+    for argv, needle in ((["--batch-size", "60"], "--batch-size 60 differs from the full batch"),
+                         (["--init", start], "differs from the fresh start (no --init)")):
         code, _, err = invoke([*_data(orl), "--resume", "--max-steps", "2", "--out", out, *argv],
                               capsys)
         assert code == 2 and needle in err and "resume without it" in err, err
