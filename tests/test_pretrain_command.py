@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mesc_tf import cli, pipeline, provenance
+from mesc_tf import pipeline, provenance
 from mesc_tf.config import Pretrain, get_config
 from mesc_tf.errors import MescError
 from synthetic import write_fea_gnd  # tests/synthetic.py
+from test_reliability import invoke as invoke_script
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("_pretrain_command", ROOT / "experiments" /
@@ -25,15 +26,7 @@ ORL = get_config("orl")
 
 def invoke(argv, capsys):
     """pretrain.py's main as ``__main__`` runs it. Returns (exit status, stdout, stderr)."""
-    cleanup = []
-    capsys.readouterr()
-    try:
-        cli.main_guard(lambda: PRETRAIN.main([str(a) for a in argv], cleanup=cleanup), cleanup)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return invoke_script(PRETRAIN, argv, capsys)
 
 
 @pytest.fixture(scope="module")
