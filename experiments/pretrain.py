@@ -166,16 +166,19 @@ def main(argv=None, cleanup=None):
         if args.checkpoint_every is None:  # keep saving as the interrupted run did
             args.checkpoint_every = recorded["checkpoint_every"]
         for name in ("batch_size", "seed", "lr", "initializer", "init"):
-            given, kept = getattr(args, name), recorded[name]
-            if name == "batch_size" and given is not None and given >= len(ds.x):
-                given = None  # the whole set, recorded as None
-            if name == "init" and given is not None and kept is not None:
-                given, kept = Path(given).resolve(), Path(kept).resolve()
+            shown = given = getattr(args, name)
+            kept = recorded[name]
             # None where the key is missing: an older run.json, which did not record it.
-            if given is not None and (kept is not None or name in known) and given != kept:
+            if given is None or (kept is None and name not in known):
+                continue
+            if name == "batch_size" and given >= len(ds.x):
+                given = None  # the whole set, recorded as None
+            if name == "init" and kept is not None:
+                given, kept = Path(given).resolve(), Path(kept).resolve()
+            if given != kept:
                 was = kept if kept is not None else {
                     "batch_size": "full batch", "init": "fresh start (no --init)"}.get(name, "none")
-                raise MescError(f"--{name.replace('_', '-')} {given} differs from the {was} the "
+                raise MescError(f"--{name.replace('_', '-')} {shown} differs from the {was} the "
                                 f"checkpoint {ckpt} was made with; resume without it")
         seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
         batch_size = recorded["batch_size"]

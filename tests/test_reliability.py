@@ -710,6 +710,8 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
         max_steps=2, batch_size=50), verbose=0, seed=7, backup_dir=ckpt, checkpoint_every=2)
     (ckpt / "run.json").write_text(json.dumps(written[0]))
     for argv, needle in ((["--batch-size", "60"], "--batch-size 60 differs from the 50"),
+                         # the whole set (full batch) is not the 50 either
+                         (["--batch-size", "100000"], "--batch-size 100000 differs from the 50"),
                          (["--seed", "8"], "--seed 8 differs from the 7"),
                          (["--lr", "3e-3"], "--lr 0.003 differs from the 0.002"),
                          (["--initializer", "he_normal"],
