@@ -24,10 +24,14 @@ from mesc_tf.metrics import accuracy  # noqa: E402
 from synthetic import noisy_blocks  # noqa: E402  (tests/synthetic.py)
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n")[0])
     common.add_seeds_arg(p, [0, 1, 2, 3, 4])
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     seeds = common.seeds_of(args.seeds, [0, 1, 2, 3, 4])
     import scipy
     import sklearn

@@ -1077,3 +1077,74 @@ def test_every_make_target_passes_options_its_script_takes():
             module.parse_args(argv)
         except SystemExit as e:
             pytest.fail(f"make {target}: {script} refuses {argv} (exit {e.code})")
+
+
+# argparse's own refusals: an option or value the script no longer takes. A file the command
+# names but this machine lacks (a /tmp folder of some session) is refused too, but is not drift.
+_SYNTAX_ERRORS = ("unrecognized arguments", "invalid choice", "invalid", "expected one argument",
+                  "the following arguments are required", "not allowed with", "ambiguous option",
+                  "expected a number")
+# Placeholders the documents write for a value, by the option they follow.
+_PLACEHOLDER_VALUES = {"--dataset": "orl", "--datasets": "orl", "--method": "our",
+                       "--methods": "our", "--seed": "0", "--lr": "1e-3", "--max-steps": "10",
+                       "--activation-scale": "1.0"}
+
+
+def _documented_commands():
+    """(where, script, argv) of every `python experiments/X.py ...` or `python benchmarks/X.py
+    ...` written in a tracked Markdown file or in a script's usage lines."""
+    import shlex
+
+    pattern = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)((?: [^`|;&#\n]*)?)")
+    files = subprocess.run(["git", "ls-files", "*.md", "experiments/*.py", "benchmarks/*.py"],
+                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        text = re.sub(r"\\+\n", " ", (REPO / name).read_text())  # continued lines
+        if name.endswith(".md"):  # code blocks line by line; a `span` may wrap over lines
+            blocks = re.findall(r"^```.*?\n(.*?)^```", text, flags=re.S | re.M)
+            prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+            spans = [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+            lines = "\n".join(blocks).splitlines() + spans
+        else:  # a script's usage lines, not the commands its messages build
+            lines = [line for line in text.splitlines()
+                     if re.match(r"\s+python3? (experiments|benchmarks)/", line)]
+        for m in pattern.finditer("\n".join(lines)):
+            rest = re.sub(r"\.\.\.|…|\[|\]", " ", m.group(2))  # "D ... [--methods M ...]"
+            rest = re.split(r"\s(?:then|and|or|with|for|on)\s|, |\)|\. ", rest)[0]
+            argv = shlex.split(rest)
+            argv = [_PLACEHOLDER_VALUES.get(argv[i - 1], a) if i and re.fullmatch(r"[A-Z]+", a)
+                    else a for i, a in enumerate(argv)]
+            yield name, m.group(1), argv
+
+
+def test_documented_commands_parse(monkeypatch):
+    """Every command the documents and usage lines give for a script is one its parser takes:
+    renaming an option or a value leaves no stale command for a reader to copy. Placeholders
+    (D, M, S ...) are given a value; files the commands name need not exist here."""
+    import importlib.util
+    import io
+    from contextlib import redirect_stderr
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # xla_step imports bench
+    modules, checked, failures = {}, 0, []
+    for where, script, argv in _documented_commands():
+        assert (REPO / script).is_file(), f"{where}: {script} does not exist"
+        if script not in modules:
+            spec = importlib.util.spec_from_file_location(
+                "doc_" + Path(script).stem, REPO / script)
+            modules[script] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(modules[script])
+        parse = getattr(modules[script], "parse_args", None)
+        if parse is None:  # a script without options
+            assert not argv, f"{where}: {script} takes no options, the document gives {argv}"
+            continue
+        err = io.StringIO()
+        try:
+            with redirect_stderr(err):
+                parse(argv)
+        except SystemExit as e:
+            if e.code and any(s in err.getvalue() for s in _SYNTAX_ERRORS):
+                failures.append(f"{where}: {script} {argv}: {err.getvalue().strip()}")
+        checked += 1
+    assert checked > 150, checked  # the extraction still finds the documents' commands
+    assert not failures, "\n".join(failures)
