@@ -1092,14 +1092,16 @@ _PLACEHOLDER_VALUES = {"--dataset": "orl", "--datasets": "orl", "--method": "our
 
 def _documented_commands():
     """(where, script, argv) of every `python experiments/X.py ...` or `python benchmarks/X.py
-    ...` written in a tracked Markdown file or in a script's usage lines."""
+    ...` written in the documents or in a script's usage lines."""
     import shlex
 
     pattern = re.compile(r"python3? ((?:experiments|benchmarks)/\w+\.py)((?: [^`|;&#\n]*)?)")
-    files = subprocess.run(["git", "ls-files", "*.md", "experiments/*.py", "benchmarks/*.py"],
-                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    for name in files:
-        text = re.sub(r"\\+\n", " ", (REPO / name).read_text())  # continued lines
+    files = {REPO / "README.md", *REPO.glob("benchmarks/*.md"), *REPO.glob("pretrained/*.md"),
+             *REPO.glob("experiments/results/**/*.md"), *REPO.glob("experiments/*.py"),
+             *REPO.glob("benchmarks/*.py")}
+    for path in sorted(files):
+        name = str(path.relative_to(REPO))
+        text = re.sub(r"\\+\n", " ", path.read_text())  # continued lines
         if name.endswith(".md"):  # code blocks line by line; a `span` may wrap over lines
             blocks = re.findall(r"^```.*?\n(.*?)^```", text, flags=re.S | re.M)
             prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
