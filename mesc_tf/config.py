@@ -4,8 +4,9 @@ Each dataset has an auto-encoder architecture, fine-tuning/clustering settings a
 pretraining schedule:
 
 * ``mesc``: MESC-Net ("Our": decoupled framework, entropy regulariser). The authors released
-  settings for COIL40 only (reference-facts §1.4); the others were found by the sweeps of
-  experiments/results/README.md, summed up where they are set.
+  settings for COIL40 only (reference-facts §1.4); most others were found by the sweeps of
+  experiments/results/README.md (MNIST's post-clustering only; COIL100's are borrowed), summed
+  up where they are set.
 * ``dsc``: DSC-Net (coupled framework, Frobenius regulariser), from the released DSC-Net
   scripts (reference-facts §1.5) where they exist.
 * ``coupled``: "Our w/o Net" (MESC's loss on the coupled graph), where it was swept on its own.
@@ -82,8 +83,8 @@ class Architecture:
                 f"architecture needs as many kernels as channels (got {self.kernels} and "
                 f"{self.channels}); give one kernel size per encoder layer"
             )
-        # Odd kernels only, as in every released architecture: a stride-2 'SAME' transposed
-        # conv with an even kernel cannot mirror an odd-sized encoder activation.
+        # Odd kernels only, as in every released architecture: the decoder's output_padding
+        # (model.transposed_output_padding) is worked out for an odd kernel.
         if not all(is_whole(k) and k >= 1 and k % 2 == 1 for k in self.kernels):
             raise MescError(f"architecture kernel sizes must be odd whole numbers (3, 5, ...), "
                             f"got {self.kernels}")
@@ -417,8 +418,9 @@ DATASETS: dict[str, DatasetConfig] = {
         name="toy", n_samples=216, n_clusters=3,
         arch=Architecture(kernels=(3,), channels=(15,), **_ARCH_32_1),
         pixels="COIL20 objects 1, 2 and 3 (72 views each; the project's choice), as COIL20",
-        # COIL20's settings where they were not tried (the paper names neither the objects nor
-        # the settings): ACC 1.0 for seeds 0-2 from our toy.h5, as for reg2 = 0.1 and 10.
+        # Toy's own small sweep (sweeps/toy.jsonl; the paper names neither the objects nor the
+        # settings): ACC 1.0 for seeds 0-2 from our toy.h5, as for reg2 = 0.1 and 10. The
+        # fields not swept (reg1, coef_init, variant) are the released template's.
         mesc=_MESC_RELEASED.replace(reg2=1.0, lr=1e-3, epochs=100, thr=0.2),
         dsc=_DSC.replace(reg2=150.0, epochs=30, coef_init=1e-8, recon_scale=1.0,
                          thr=0.04, subspace_dim=12, power=8.0, variant="dsc_diag"),

@@ -129,7 +129,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     weights_source_ : str
         Where the starting auto-encoder came from.
     postcluster_info_ : dict
-        The post-clustering solvers used; ``ill_posed``: the spectral step is near a tie
+        The route (``method``) and, on the fast and strict routes, the solvers used and
+        ``ill_posed``: the spectral step is near a tie
         (repeated Laplacian eigenvalues, or in discretize) or a sample's row of the embedding
         is rounding noise (it lies outside the rank-r subspace), where rounding can renumber or
         move labels, in the released code's route as well (often set on well-clustered C's too);

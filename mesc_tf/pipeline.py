@@ -258,7 +258,8 @@ def cluster(coef, n_clusters: int, settings: Settings, seed=0, method=None, info
     """thrC + post_proC + spectral clustering on C. Returns (labels 0..K-1, timings dict).
 
     ``method`` and ``info`` as in :func:`mesc_tf.postcluster.cluster` ("fast" by default;
-    ``info`` receives the solvers used and ``ill_posed``)."""
+    ``info`` receives the solvers used and ``ill_posed`` on the fast and strict routes; on the
+    reference route, ``method`` only)."""
     return postcluster.cluster(np.asarray(coef), n_clusters, thr=settings.thr,
                                subspace_dim=settings.subspace_dim, power=settings.power,
                                variant=settings.variant, seed=seed, return_timings=True,
@@ -281,8 +282,9 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
     """Fine-tune, cluster and (if labels ``y`` are given) score. Returns a result dict.
 
     ``post_method``: the post-clustering route (:data:`mesc_tf.config.POST_METHODS`; default
-    "fast"). The result's ``postcluster`` dict says which solvers ran, whether the spectral
-    step was ill-posed and how many clusters are non-empty (:func:`empty_clusters_note`).
+    "fast"). The result's ``postcluster`` dict says how many clusters are non-empty
+    (:func:`empty_clusters_note`) and, on the fast and strict routes, which solvers ran and
+    whether the spectral step was ill-posed.
     ``seed`` seeds the spectral clustering only: for repeatable fine-tuning (and no TF32 on a
     GPU) call :func:`mesc_tf.training.configure_runtime` first, as the scripts do."""
     check_post_method(post_method)  # before the fine-tuning, not after

@@ -53,7 +53,8 @@ from mesc_tf.config import Settings, check_seed
 from mesc_tf.errors import MescError, one_line
 from mesc_tf.files import size_text
 
-# Fields that change the fine-tuning (and so need their own training) ...
+# Fields that change the fine-tuning (each but epochs needs its own training; the step counts
+# of one training share it) ...
 TRAIN_FIELDS = ("framework", "regularizer", "reg1", "reg2", "lr", "epochs", "coef_init",
                 "recon_scale")
 # ... and those that only change the clustering of the trained C.
@@ -503,7 +504,7 @@ def cache_store(cache_dir, key, coef, train_s):
 
 
 # Clustering failures that are a result of the settings (ARPACK not converging, a C without
-# structure, an SVD rank above n, ...): recorded in the trial's line instead of stopping the sweep.
+# structure, more clusters than samples, ...): recorded in the trial's line instead of stopping the sweep.
 _CLUSTER_ERRORS = (MescError, ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError)
 
 

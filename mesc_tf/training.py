@@ -67,8 +67,8 @@ def minibatches(x, batch_size, seed=0, start_step=0):
 
     Every pass over the data takes the samples in a new random order, and batches are
     consecutive chunks of that stream, the last of a pass running on into the next, so every
-    batch is full and every image is used equally often. (The ``next_batch`` helper of the
-    released pretraining scripts differs: its first batch is the first B images unshuffled, and
+    batch is full and every image is used equally often. (The ``next_batch`` helper of DSC-Net's
+    public pretraining code differs: its first batch is the first B images unshuffled, and
     where a batch would overrun the set it takes the first B of a fresh permutation, so with
     EYaleB's B = 2016 of 2432 every later step drops 416 random images.) Step s's
     batch depends on (seed, s) alone (a stateless shuffle per pass), so a run resumed at step s

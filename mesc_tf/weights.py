@@ -72,12 +72,12 @@ def require_h5(path, how="make one with experiments/pretrain.py") -> Path:
     return path
 
 
-def _open_h5(path, mode="r"):
+def _open_h5(path):
     import h5py
 
-    path = require_h5(path) if mode == "r" else Path(path)
+    path = require_h5(path)
     try:
-        return h5py.File(path, mode)
+        return h5py.File(path, "r")
     except OSError as e:
         raise MescError(f"cannot read auto-encoder file {path} ({e}); it is not a valid .h5 "
                         "file: re-create it with experiments/pretrain.py") from None

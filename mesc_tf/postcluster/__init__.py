@@ -7,7 +7,8 @@ per-variant diagonal handling (pitfall 7). Nondeterminism (pitfall 5): the SVD s
 fixed by the reference and the spectral step is seeded here. ARPACK asks for a random vector
 when its Krylov space becomes invariant (near-uniform C's, e.g. after a few steps); SciPy (1.17
 here) draws it from OS entropy unless eigsh is given ``rng``. The fast route gives every eigsh
-call a generator seeded with ``seed`` (``arpack_rng``), so its labels are repeatable for a
+call a generator seeded with ``seed`` (``arpack_rng``; where it hands the step to sklearn,
+flagged ill-posed, sklearn's own calls have none), so its labels are repeatable for a
 given C and seed; the reference route, through svds and sklearn, is not on such C's.
 
 Pipeline: ``cluster`` = ``thrC`` → ``affinity`` (pre-treat, truncated SVD, affinity L) →
@@ -20,8 +21,8 @@ is "fast"):
   ``scipy.sparse.linalg.svds`` (ARPACK on CᵀC, v0 of ones), the affinity by the script's
   formulas, and sklearn's ``SpectralClustering`` (ARPACK shift-invert on the dense Laplacian,
   then ``discretize``). ``post_proC``, ``affinity`` and ``spectral`` are this route.
-* ``"fast"``: the same mathematics with cheaper numerics and one n×n float64 buffer instead of
-  a dozen (measured against the reference route: README, "Performance"):
+* ``"fast"``: the same mathematics with cheaper numerics and, for the affinity and spectral
+  steps, one n×n float64 buffer instead of a dozen (measured against the reference route: README, "Performance"):
 
   - thrC column block by column block (``thrC_blocks``): only each column's largest
     magnitudes are sorted, the running sum is the reference's bit for bit, and a column
@@ -29,7 +30,7 @@ is "fast"):
     as the reference does. The result equals the reference's; it stays sparse (CSC).
   - The rank-r SVD: svds takes the top-r eigenvectors V of CᵀC from ARPACK, then the SVD of
     C·V. Only the eigen-solver changes: a dense LAPACK ``eigh`` of CᵀC for n ≤
-    ``DENSE_SVD_MAX_N`` (r is 10-20 % of n there, where ARPACK needs hundreds of restarts),
+    ``DENSE_SVD_MAX_N`` (r is 10-30 % of n there, where ARPACK needs hundreds of restarts),
     else ARPACK on the sparse thresholded C with a smaller Lanczos basis (``SVD_NCV_FACTOR``).
     The affinity depends on the top-r subspace only (signs and rotations inside it cancel in
     U·diag(σ)·Uᵀ), so it agrees with svds' to rounding (~1e-13) if σ_r and σ_{r+1} are

@@ -71,7 +71,7 @@ def thrC_blocks(C, ratio: float):
     m only decides how much is sorted, not the result.
     """
     n = C.shape[0]
-    width = max(1, min(n, _THRC_BLOCK_BYTES // (4 * n)))
+    width = max(1, min(n, _THRC_BLOCK_BYTES // (C.dtype.itemsize * n)))
     *first, m = _thrC_block(C, ratio, 0, width, min(n, 64))
     yield tuple(first)
     rest = range(width, n, width)
