@@ -504,7 +504,8 @@ def cache_store(cache_dir, key, coef, train_s):
 
 
 # Clustering failures that are a result of the settings (ARPACK not converging, a C without
-# structure, more clusters than samples, ...): recorded in the trial's line instead of stopping the sweep.
+# structure, more clusters than samples, ...): recorded in the trial's line instead of
+# stopping the sweep.
 _CLUSTER_ERRORS = (MescError, ArithmeticError, ValueError, RuntimeError, np.linalg.LinAlgError)
 
 

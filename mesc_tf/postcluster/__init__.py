@@ -22,7 +22,8 @@ is "fast"):
   formulas, and sklearn's ``SpectralClustering`` (ARPACK shift-invert on the dense Laplacian,
   then ``discretize``). ``post_proC``, ``affinity`` and ``spectral`` are this route.
 * ``"fast"``: the same mathematics with cheaper numerics and, for the affinity and spectral
-  steps, one n×n float64 buffer instead of a dozen (measured against the reference route: README, "Performance"):
+  steps, one n×n float64 buffer instead of a dozen (measured against the reference route:
+  README, "Performance"):
 
   - thrC column block by column block (``thrC_blocks``): only each column's largest
     magnitudes are sorted, the running sum is the reference's bit for bit, and a column
