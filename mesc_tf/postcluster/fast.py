@@ -494,8 +494,8 @@ def spectral_with_fallbacks(make_L, n_clusters, seed, info, timings, exact=False
     LOBPCG fallback, flagged). Tiny problems (K ≥ n − 1: the Krylov bases here hold at most
     n − 1 vectors, and ARPACK needs more than K) go to sklearn at once, flagged: no gap or
     margin certifies their labels; so does every problem under scikit-learn < 1.9
-    (``_SKLEARN_SIGMA_BELOW_ZERO``). The first L's seconds count in ``timings["svd_s"]``, the rest (retries included) in
-    ``timings["spectral_s"]``."""
+    (``_SKLEARN_SIGMA_BELOW_ZERO``). The first L's seconds count in ``timings["svd_s"]``, the
+    rest (retries included) in ``timings["spectral_s"]``."""
     t0 = time.perf_counter()
     L = make_L()
     t1 = time.perf_counter()
