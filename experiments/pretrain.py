@@ -47,7 +47,8 @@ def parse_args(argv=None):
     p.add_argument("--init", metavar="H5", help="continue training this .h5 auto-encoder "
                    "instead of starting from fresh weights (with --max-steps 0: only "
                    "rescale it)")
-    p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5)")
+    p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5, or "
+                   "$MESC_PRETRAINED_DIR/<dataset>.h5 if that is set)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--checkpoint-every", type=cli.at_least(1), metavar="N",
                    help="save the training state every N steps (for --resume)")
