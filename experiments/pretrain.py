@@ -261,6 +261,9 @@ def main(argv=None, cleanup=None):
     print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
           f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}, "
           f"channels on at < 1 % of positions: {rare}; wrote {out}")
+    if info["steps"] and not info["best_step"]:
+        print(f"note: no step improved on the starting weights, so they were kept; a converged "
+              f"--init may need a lower --lr than {schedule.lr:g}")
     return meta
 
 

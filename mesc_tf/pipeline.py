@@ -186,14 +186,15 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     continues training the auto-encoder ``init`` (``schedule.max_steps`` 0: no training, only
     the final rescaling). ``schedule`` is a :class:`mesc_tf.config.Pretrain`; its batch size
     goes through :func:`pretrain_batch_size` (full batch unless memory says otherwise), and
-    ``seed`` orders minibatches. Returns (autoencoder with the best weights, info dict).
+    ``seed`` orders minibatches. Returns (autoencoder with the best weights, info dict); the
+    starting weights where they reconstruct better than the best step's (``best_step`` 0).
     """
     import keras
     import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import (StopAtTarget, channel_activity, dead_channels, fit_steps,
-                                  relative_error, rescale_activations)
+    from mesc_tf.training import (StartingPoint, StopAtTarget, channel_activity, dead_channels,
+                                  fit_steps, relative_error, rescale_activations)
 
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
@@ -209,15 +210,23 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         callbacks.append(keras.callbacks.ReduceLROnPlateau(
             monitor="rel_err", mode="min", factor=0.5, patience=schedule.lr_patience,
             min_delta=schedule.min_delta, min_lr=schedule.lr / 1000))
-    batch_size = None
+    batch_size = kept_start = None
     if schedule.max_steps:
         batch_size = pretrain_batch_size(len(x), arch, schedule.batch_size)
+        # The starting weights count as step 0: EarlyStopping keeps the weights after its best
+        # step's update, so a run that never improves on where it began (an --init auto-encoder
+        # under a fresh Adam, whose first steps overshoot) would otherwise end worse.
+        start = StartingPoint(ae.get_weights(), relative_error(ae, x))
+        callbacks.append(start)  # a resumed run's start: the checkpoint's
         history, seconds = fit_steps(
             net, x, schedule.max_steps, schedule.lr, batch_size=batch_size, seed=seed,
             verbose=verbose, log_dir=log_dir, backup_dir=backup_dir,
             checkpoint_every=checkpoint_every, callbacks=callbacks, jit_compile=jit_compile)
         steps = int(net.optimizer.iterations.numpy())  # a resumed run's too
         final_lr = float(net.optimizer.learning_rate.numpy())
+        kept_start = relative_error(ae, x) > start.start_error
+        if kept_start:
+            ae.set_weights(start.start_weights)
     else:  # no training: only the rescaling below, of ``init``
         history, seconds, steps, final_lr = {}, 0.0, 0, None
     factors = (rescale_activations(ae, x, schedule.activation_scale)
@@ -225,8 +234,9 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     return ae, {"steps": steps, "seconds": seconds, "batch_size": batch_size,
                 # The weights returned: those after the step of EarlyStopping's best epoch (its
                 # last improvement by min_delta, not always the lowest error logged; epochs
-                # count from the start, a resumed run's too).
-                "best_step": int(early.best_epoch) + 1 if steps else 0,
+                # count from the start, a resumed run's too); 0: the starting weights, which no
+                # step improved on.
+                "best_step": int(early.best_epoch) + 1 if steps and not kept_start else 0,
                 "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
                 "channel_activity": {k: [round(float(v), 4) for v in a]
                                      for k, a in channel_activity(ae, x).items()},

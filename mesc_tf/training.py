@@ -194,10 +194,21 @@ class StopAtTarget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-# What these callbacks carry from one epoch to the next; their on_train_begin resets it.
-_STATEFUL = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
+class StartingPoint(keras.callbacks.Callback):
+    """The weights a run started from and their error, kept for the end of training
+    (pipeline.pretrain counts them as step 0). It does nothing during training; a checkpoint
+    carries them, so that a resumed run compares with the uninterrupted run's start."""
+
+    def __init__(self, weights, error):
+        super().__init__()
+        self.start_weights, self.start_error = weights, float(error)
+
+
+# What these callbacks carry from one epoch to the next (EarlyStopping's and ReduceLROnPlateau's
+# on_train_begin resets it), and StartingPoint's start.
+_STATEFUL = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau, StartingPoint)
 _STATE_FIELDS = ("wait", "stopped_epoch", "best", "best_epoch", "best_weights",
-                 "cooldown_counter")
+                 "cooldown_counter", "start_weights", "start_error")
 
 
 def _callback_state(cb) -> dict:
@@ -205,7 +216,7 @@ def _callback_state(cb) -> dict:
     for name in _STATE_FIELDS:
         if hasattr(cb, name):
             value = getattr(cb, name)
-            if name == "best_weights" and value is not None:
+            if name.endswith("_weights") and value is not None:
                 value = [np.asarray(w).tolist() for w in value]  # float32 round-trips exactly
             state[name] = value.item() if isinstance(value, np.generic) else value
     return state
@@ -215,11 +226,11 @@ def _restore_callback_state(cb, state: dict, model_weights, where):
     for name, value in state.items():
         if name not in _STATE_FIELDS:
             raise MescError(f"{where}: unknown {type(cb).__name__} field {name!r}")
-        if name == "best_weights" and value is not None:
+        if name.endswith("_weights") and value is not None:
             value = [np.asarray(w, dtype=m.dtype) for w, m in zip(value, model_weights)]
             if [w.shape for w in value] != [m.shape for m in model_weights]:
-                raise MescError(f"{where}: {type(cb).__name__}'s best weights do not fit "
-                                "the model")
+                raise MescError(f"{where}: {type(cb).__name__}'s {name.replace('_', ' ')} do "
+                                "not fit the model")
         setattr(cb, name, value)
 
 
@@ -239,8 +250,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     a new file through a temporary name and ``os.replace``; then a small JSON naming that file
     and the epoch is replaced the same way. The last step, and a step after which a callback
     stopped training, are always saved. Weights + optimizer state + epoch, with the counters
-    and best weights of the ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau), whether
-    training had stopped and the last step's logs (in the JSON), is the whole training state:
+    and best weights of the ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau, and
+    StartingPoint's start), whether training had stopped and the last step's logs (in the
+    JSON), is the whole training state:
     the only randomness after initialisation, the minibatch order, depends on (seed, step)
     alone (:func:`minibatches`). So a resumed run stops, halves its rate and keeps the weights
     the uninterrupted run would.

@@ -83,6 +83,24 @@ def test_patience_stops_training_and_keeps_the_best_weights(x):
         np.testing.assert_array_equal(kept, first)
 
 
+def test_continuing_never_returns_worse_weights_than_it_started_from(x):
+    """--init: a trained auto-encoder under a fresh Adam at a high rate only gets worse. Keras'
+    EarlyStopping would keep the weights after its best step's update (worse than the start);
+    the starting weights count as step 0 and come back, with best_step 0."""
+    configure_runtime(0)
+    trained, _ = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=60, patience=60),
+                                   verbose=0)
+    start = [w.numpy().copy() for w in trained.weights]
+    start_error = relative_error(trained, x)
+    ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=0.5, max_steps=5, patience=5),
+                                 init=trained, verbose=0)
+    assert info["steps"] == 5 and info["best_step"] == 0
+    assert info["relative_error"] == start_error
+    assert min(info["history"]["rel_err"][1:]) > start_error  # every step made it worse
+    for kept, first in zip(ae.weights, start, strict=True):
+        np.testing.assert_array_equal(kept.numpy(), first)
+
+
 def test_lr_patience_halves_the_rate_on_plateaus(x):
     """With no improvement, ReduceLROnPlateau halves the rate every ``lr_patience`` steps."""
     configure_runtime(0)
@@ -172,13 +190,18 @@ def test_minibatch_pretraining_learns_and_resumes_exactly(x, tmp_path):
     assert full["relative_error"] < 0.6 * full["history"]["rel_err"][0]
 
 
-def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_run(x, tmp_path):
-    """EarlyStopping's best weights and counters and ReduceLROnPlateau's travel with the
-    checkpoint: killed at step 10 and resumed, a run whose best step comes before the kill
-    halves its rate, stops and returns the weights as the uninterrupted run does."""
-    schedule = Pretrain(lr=0.3, max_steps=40, patience=12, lr_patience=3)  # best step early
+@pytest.mark.parametrize("lr", [0.07, 0.3])
+def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_run(x, tmp_path,
+                                                                                   lr):
+    """EarlyStopping's best weights and counters, ReduceLROnPlateau's and the starting weights
+    travel with the checkpoint: killed at step 10 and resumed from another seed's start, a run
+    whose best step comes before the kill halves its rate, stops and returns the weights as the
+    uninterrupted run does: EarlyStopping's best (lr 0.07), or the start, which every step at
+    lr 0.3 left worse."""
+    schedule = Pretrain(lr=lr, max_steps=40, patience=12, lr_patience=3)  # best step early
     configure_runtime(0)
     ae, whole = pipeline.pretrain(x, ARCH, schedule, verbose=0)
+    assert (whole["best_step"] > 0) == (lr == 0.07)
     assert whole["best_step"] <= 10 and whole["steps"] < 40  # EarlyStopping ended it
     assert whole["final_lr"] < schedule.lr  # and the rate was halved on the way
     configure_runtime(0)
@@ -206,7 +229,7 @@ def test_a_checkpoint_of_a_finished_run_resumes_without_a_step(x, tmp_path, stop
     """Killed after its last step but before the .h5 is written, a run resumed from that
     checkpoint takes no further step (Keras would start the next epoch) and returns the
     uninterrupted run's weights, step count and best step."""
-    schedule = {"early_stopping": Pretrain(lr=0.3, max_steps=40, patience=12, lr_patience=3),
+    schedule = {"early_stopping": Pretrain(lr=0.07, max_steps=40, patience=12, lr_patience=3),
                 "target": Pretrain(lr=1e-2, max_steps=40, patience=40, target=0.87),
                 "max_steps": Pretrain(lr=1e-2, max_steps=6, patience=6)}[stop]
     configure_runtime(0)

@@ -244,3 +244,24 @@ def test_resume_refuses_options_a_full_batch_fresh_run_did_not_have(orl, tmp_pat
     code, _, err = invoke([*_data(orl), "--resume", "--max-steps", "2", "--batch-size", "500",
                            "--out", out], capsys)
     assert code == 0, err
+
+
+def test_a_run_that_kept_its_starting_weights_says_so(orl, tmp_path, capsys, monkeypatch):
+    """best_step 0 after some steps (no step improved on the start: pipeline.pretrain kept it)
+    prints a note naming the rate; a run whose steps improved prints none."""
+    real = pipeline.pretrain
+    out = tmp_path / "a.h5"
+    code, stdout, err = invoke([*_data(orl), "--max-steps", "2", "--out", out], capsys)
+    assert code == 0, err
+    assert "(best 2)" in stdout and "note:" not in stdout
+
+    def kept_start(*a, **k):
+        ae, info = real(*a, **k)
+        return ae, {**info, "best_step": 0}
+
+    monkeypatch.setattr(pipeline, "pretrain", kept_start)
+    code, stdout, err = invoke([*_data(orl), "--init", out, "--max-steps", "2", "--lr", "0.3",
+                                "--out", tmp_path / "b.h5"], capsys)
+    assert code == 0, err
+    assert ("note: no step improved on the starting weights, so they were kept; a converged "
+            "--init may need a lower --lr than 0.3") in stdout
