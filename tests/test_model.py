@@ -130,7 +130,12 @@ def test_mescnet_outputs(name, framework):
 
 
 def tiny_mescnet(n, **changes):
-    """A built MESCNet on TINY (Toy's MESC settings with ``changes``) and n random images."""
+    """A built MESCNet on TINY (Toy's MESC settings with ``changes``) and n random images.
+    Seeded: about one he_normal draw in 300 leaves this 2-channel auto-encoder dead on these
+    images (every gradient 0), which made the tests that need a gradient fail at random."""
+    import keras
+
+    keras.utils.set_random_seed(0)
     x = np.random.default_rng(0).random((n, *TINY.image_shape, 1), dtype=np.float32)
     model = MESCNet(ConvAutoEncoder(TINY).build_for_input(), n,
                     get_config("toy").mesc.replace(**changes))
