@@ -1,6 +1,6 @@
 """Speed and memory benchmark of fine-tuning and post-clustering (issue 6).
 
-    python benchmarks/bench.py --e2e --json benchmarks/results.json     # what `make bench` runs
+    python benchmarks/bench.py --e2e --json runs/bench/results.json     # what `make bench` runs
     python benchmarks/bench.py --datasets orl,coil20 --repeats 5 --post fast --no-original
 
 Each dataset runs in its own subprocess, so that its peak RSS (``ru_maxrss``) is its own.

@@ -6,7 +6,7 @@ scikit-learn 1.9 changed how ``spectral_embedding`` (hence ``SpectralClustering`
 post_proC) calls ARPACK: shift-invert on the Laplacian L at σ = −1e-5, where 1.8 and before,
 the versions the released code ran, inverted −L at σ = 1 (scikit-learn issue 33242), which
 leaves the wanted eigenvalues bunched together. For four noisy diagonal blocks of C
-(``noisy_blocks`` of tests/synthetic.py: 50 images, blocks of 12-15, noise 1 % of the in-block
+(``noisy_blocks`` of tests/synthetic.py: 50 images, blocks of 10-15, noise 1 % of the in-block
 values) this prints the ACC of both post-clustering routes per seed, so that running
 it under two scikit-learn versions shows what the change does. ``setup.py`` requires 1.9.
 """

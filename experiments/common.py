@@ -142,7 +142,8 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
                    default=list(datasets), metavar="NAME",
                    help=f"datasets (default: {' '.join(datasets)}; any of {', '.join(DATASETS)})")
-    add_seeds_arg(p, seeds, "seeds of the clustering (and of he_normal starts)")
+    add_seeds_arg(p, seeds, "seeds of the clustering (with --no-pretrain the first also seeds "
+                  "the he_normal start; the ablation seeds one start per seed)")
     p.set_defaults(default_seeds=list(seeds))
     if methods is not None:
         p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(methods),
@@ -162,13 +163,15 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     p.add_argument("--per-class", type=cli.at_least(1), metavar="M",
                    help="keep only the first M samples of each kept class")
     p.add_argument("--weights", action="append", default=[], metavar="[DATASET=]PATH",
-                   help="auto-encoder .h5 (default: pretrained/<dataset>.h5); repeat as "
+                   help="auto-encoder .h5 (default: pretrained/<dataset>.h5, or "
+                        "$MESC_PRETRAINED_DIR/<dataset>.h5 if that is set); repeat as "
                         "DATASET=PATH for several datasets")
     p.add_argument("--tf1-checkpoint", action="append", default=[],
                    metavar="[DATASET=]PREFIX", help="original TF1 checkpoint prefix instead "
                    "of the .h5; repeat as DATASET=PREFIX for several datasets; PREFIX "
                    "'original' is the authors' checkpoint of that dataset "
-                   "(mesc_tf.weights.ORIGINAL_CHECKPOINTS under $MESC_TF1_DIR)")
+                   "(mesc_tf.weights.ORIGINAL_CHECKPOINTS under $MESC_TF1_DIR, default "
+                   "../shared/pretrained-tf1)")
     p.add_argument("--no-pretrain", action="store_true",
                    help="fine-tune from seeded he_normal weights (no pretrained auto-encoder)")
     p.add_argument("--smoke", action="store_true",
@@ -185,10 +188,10 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     return p
 
 
-def finish_args(p, args, scopes=tuple(METHODS), fixed=()):
+def finish_args(p, args, scopes=None, fixed=()):
     """Apply --smoke, check the shared options and resolve the output folder. ``scopes``: the
-    names --set may address (method presets by default); ``fixed``: the Settings fields the
-    script sets itself, which --set may not."""
+    names --set may address (default: the --methods run, or "our" for a script without
+    --methods); ``fixed``: the Settings fields the script sets itself, which --set may not."""
     if args.smoke:
         for k in ("classes", "per_class", "epochs"):
             if getattr(args, k) is None:
@@ -204,6 +207,8 @@ def finish_args(p, args, scopes=tuple(METHODS), fixed=()):
         p.error(str(e))
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
+    if scopes is None:
+        scopes = args.methods if getattr(args, "methods", None) is not None else ["our"]
     args.overrides = _parse_sets(p, args.set, list(scopes), fixed)
     if args.redo:
         args.force = True
@@ -229,7 +234,8 @@ def _parse_sets(p, items, scopes, fixed=()):
         if field in fixed:
             p.error(f"--set {item}: this script sets {field} itself; see its own options")
         if scope and scope not in scopes:
-            p.error(f"--set {item}: unknown scope {scope!r}; use one of {', '.join(scopes)}")
+            p.error(f"--set {item}: unknown scope {scope!r} for this run; use one of "
+                    f"{', '.join(scopes)}")
         try:  # the same checks as the command line's options, before any output exists
             value = parse_value(field, raw)
         except MescError as e:

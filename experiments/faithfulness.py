@@ -7,8 +7,9 @@ Fine-tunes twice from the same auto-encoder (the authors' TF1 checkpoint of the 
 --tf1-checkpoint) with the same settings: by the port, through the path experiments/run.py
 takes (pipeline.fine_tune, Keras fit), and by the released graph rebuilt with TF1 ops in a
 tf.compat.v1 session (mesc_tf/released_graph.py). Prints how far apart the two C's are, and
-their per-step loss terms. With --against FILE.npy it also compares both C's with a C saved by
-the authors' own graph (../shared/reference/ holds one for the first command above). With
+the largest per-step relative difference of each loss term. With --against FILE.npy it also
+compares both C's with a C saved by the authors' own graph (../shared/reference/ holds one for
+the first command above). With
 --noise-floor it runs the released graph once more on the images in another order: the same
 problem in exact arithmetic, so the distance between its two C's is what float32 rounding
 alone does to C over these steps (Adam amplifies rounding where a gradient is near 0), the
@@ -36,8 +37,9 @@ def parse_args(argv=None):
     p.add_argument("--tf1-checkpoint", default="original", metavar="PREFIX",
                    help="TF1 checkpoint prefix (default: the authors' one of the dataset)")
     p.add_argument("--samples", type=cli.at_least(2), metavar="N",
-                   help="use N images instead of all: every (len // N)-th from the first, so "
-                        "spread over the dataset for N up to len/2 (the first N above)")
+                   help="use N images instead of all: every (len // N)-th from the first, "
+                        "which covers the first (len // N)·N images (the whole set where N "
+                        "divides it; the first N above len/2)")
     p.add_argument("--against", metavar="FILE.npy",
                    help="also compare both C's with this C (n×n, e.g. from the authors' graph)")
     p.add_argument("--noise-floor", action="store_true", help="also run the released graph "

@@ -59,7 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--out", help="results file, JSON lines "
                    "(default experiments/results/sweeps/<dataset>.jsonl)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--weights", help="auto-encoder .h5 (default: pretrained/<dataset>.h5)")
+    src.add_argument("--weights", help="auto-encoder .h5 (default: pretrained/<dataset>.h5, or "
+                     "$MESC_PRETRAINED_DIR/<dataset>.h5 if that is set)")
     src.add_argument("--tf1-checkpoint", metavar="PREFIX", help="original TF1 checkpoint "
                      "prefix, or 'original' for the authors' checkpoint of the dataset")
     src.add_argument("--no-pretrain", action="store_true",

@@ -83,12 +83,14 @@ def parse_args(argv=None):
                    "--max-epochs, so that a smoke test never writes into the committed table)")
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
     p.add_argument("--weights", action="append", metavar="DATASET=PATH",
-                   help="auto-encoder .h5 for one dataset (default pretrained/<dataset>.h5)")
+                   help="auto-encoder .h5 for one dataset (default pretrained/<dataset>.h5, "
+                   "or $MESC_PRETRAINED_DIR/<dataset>.h5 if that is set)")
     p.add_argument("--tf1-checkpoint", action="append", metavar="DATASET=PREFIX",
                    help="original TF1 checkpoint for one dataset; PREFIX 'original' is the "
                    "authors' checkpoint of that dataset (e.g. eyaleb=original)")
     p.add_argument("--jobs", type=cli.at_least(1), default=1,
-                   help="cells run in parallel (default 1)")
+                   help="cells of one dataset run in parallel, at most one per method; "
+                   "datasets run one after another (default 1)")
     p.add_argument("--threads-per-job", type=cli.at_least(1),
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
     p.add_argument("--max-epochs", type=cli.at_least(1), metavar="N",
@@ -255,7 +257,8 @@ def render_md(table, invocation) -> str:
         if not str(c.get("autoencoder", "pretrained")).startswith("pretrained"):
             others.setdefault((d, c["autoencoder"]), []).append(METHOD_NAMES.get(m, m))
     if others:
-        lines.append("* Auto-encoder: this project's pretrained/<dataset>.h5, except "
+        lines.append("* Auto-encoder: the default pretrained/<dataset>.h5 (main_table.json "
+                     "names each cell's file), except "
                      + "; ".join(f"{d} ({', '.join(ms)}): {_short(ae)}"
                                  for (d, ae), ms in sorted(others.items())) + ".")
     return "\n".join([*lines, ""])

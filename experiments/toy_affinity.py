@@ -118,7 +118,13 @@ def run_dataset(name, args, results):
     return d, out
 
 
-def draw_matrices(name, d, out, path):
+def _matrices(args) -> str:
+    """What the figures and the table show: |C| or C (--signed), its diagonal kept or zeroed."""
+    what = "C" if args.signed else "|C|"
+    return what + (" with its diagonal zeroed" if args.zero_diagonal else "")
+
+
+def draw_matrices(name, d, out, path, args):
     import numpy as np
     from matplotlib.patches import Rectangle
 
@@ -143,7 +149,7 @@ def draw_matrices(name, d, out, path):
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(im, ax=list(axes), fraction=0.012, pad=0.01)
-    fig.suptitle(f"{name}: learned affinity |C| after min-max normalisation "
+    fig.suptitle(f"{name}: learned affinity {_matrices(args)} after min-max normalisation "
                  f"({d.n} samples ordered by class)", fontsize=11)
     return common.save_figure(fig, path)
 
@@ -185,8 +191,7 @@ def markdown(summary, args):
                 + " |")
         lines += ["", f"![affinities]({name}_affinity.png)", "",
                   f"![cosine]({name}_cosine.png)", ""]
-    what = "C" if args.signed else "|C|"
-    lines += [f"Matrices: {what}{' with its diagonal zeroed' if args.zero_diagonal else ''}, "
+    lines += [f"Matrices: {_matrices(args)}, "
               "min-max normalised to [0, 1]; samples ordered by class. Settings: L1, Frobenius "
               "and nuclear = DSC-Net presets (coupled) with that regulariser, entropy = MESC-Net "
               f"(decoupled), see mesc_tf/config.py. ACC/NMI: mean ± std over seeds "
@@ -203,7 +208,7 @@ def main(argv=None):
     summary, pngs = {}, []
     for name in args.datasets:
         d, out = run_dataset(name, args, results)
-        pngs.append(draw_matrices(name, d, out, results.dir / f"{name}_affinity.png"))
+        pngs.append(draw_matrices(name, d, out, results.dir / f"{name}_affinity.png", args))
         pngs.append(draw_cosine(name, out, results.dir / f"{name}_cosine.png"))
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": {
             m: {k: v for k, v in r.items() if k != "A"} for m, r in out.items()}}

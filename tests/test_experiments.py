@@ -246,6 +246,11 @@ def test_confusion_counts():
     ("sensitivity", ["--lambda1", "-1"], "must be >= 0"),
     ("toy_affinity", ["--no-pretrain", "--weights", "x.h5"], "cannot be combined"),
     ("confusion", ["--set", "nope.reg1=1"], "unknown scope"),
+    # A scope this run never makes would be recorded and ignored.
+    ("toy_affinity", ["--methods", "our", "--set", "dsc_l1.reg1=10"],
+     "unknown scope 'dsc_l1' for this run; use one of our"),
+    ("sensitivity", ["--set", "dsc_l1.lr=1e-3"], "unknown scope 'dsc_l1' for this run"),
+    ("convergence", ["--set", "dsc_l2.lr=1e-3"], "unknown scope 'dsc_l2' for this run"),
     ("tsne", ["--set", "reg1=abc"], "is not a number"),
     ("ablation", ["--set", "row1.lr=0"], "(--lr) must be a finite number > 0"),
     ("ablation", ["--set", "row1.lr=inf"], "lr value 'inf' must be finite"),
