@@ -190,6 +190,9 @@ def test_conv_routes_main_passes_options_and_sums_layers(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "layer_cases", layer_cases)
     monkeypatch.setattr(mod, "time_layer", time_layer)
     monkeypatch.setattr(mod, "time_autoencoder", time_autoencoder)
+    import mesc_tf.training  # op determinism stays on for the tests this worker runs next
+
+    monkeypatch.setattr(mesc_tf.training, "configure_runtime", lambda *a, **k: None)
     out = tmp_path / "conv.json"
     assert mod.main(["--datasets", "orl", "--seed", "7", "--jit", "--repeats", "3",
                      "--json", str(out)]) == 0
