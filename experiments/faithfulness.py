@@ -9,11 +9,10 @@ takes (pipeline.fine_tune, Keras fit), and by the released graph rebuilt with TF
 tf.compat.v1 session (mesc_tf/released_graph.py). Prints how far apart the two C's are, and
 the largest per-step relative difference of each loss term. With --against FILE.npy it also
 compares both C's with a C saved by the authors' own graph (../shared/reference/ holds one for
-the first command above). With
---noise-floor it runs the released graph once more on the images in another order: the same
-problem in exact arithmetic, so the distance between its two C's is what float32 rounding
-alone does to C over these steps (Adam amplifies rounding where a gradient is near 0), the
-yardstick for the port's distance.
+the first command above). With --noise-floor it runs the released graph once more on the
+images in another order: the same problem in exact arithmetic, so the distance between its two
+C's is what float32 rounding alone does to C over these steps (Adam amplifies rounding where a
+gradient is near 0), the yardstick for the port's distance.
 """
 
 import sys
