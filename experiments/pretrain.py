@@ -14,7 +14,6 @@ per dataset are in mesc_tf/config.py.
 import argparse
 import dataclasses
 import json
-import math
 import shutil
 import sys
 import time
@@ -218,9 +217,6 @@ def main(argv=None, cleanup=None):
                                  verbose=0 if args.quiet else 1,
                                  log_dir=args.tensorboard, backup_dir=backup,
                                  checkpoint_every=args.checkpoint_every, seed=seed)
-    if not math.isfinite(info["relative_error"]):
-        raise MescError(f"pretraining diverged (relative error {info['relative_error']}); "
-                        f"nothing written: lower --lr (it was {schedule.lr})")
     if info["relative_error"] >= 1:  # an auto-encoder that outputs 0 scores 1
         print(f"warning: relative reconstruction error {info['relative_error']:.4g} >= 1: this "
               "auto-encoder reconstructs nothing; train longer or lower --lr", file=sys.stderr)

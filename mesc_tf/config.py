@@ -127,6 +127,10 @@ class Settings:
         _check_choice("framework", self.framework, FRAMEWORKS)
         _check_choice("regularizer", self.regularizer, REGULARIZERS)
         _check_choice("variant", self.variant, VARIANTS)
+        for name in ("reg1", "reg2", "lr", "coef_init", "recon_scale", "thr", "power", "epochs",
+                     "subspace_dim"):  # a number: not a bool, a string or an array
+            if not _real(getattr(self, name)):
+                raise MescError(f"{_flag(name)} must be a number, got {getattr(self, name)!r}")
         for name in ("reg1", "reg2", "recon_scale"):
             if not 0 <= getattr(self, name) < math.inf:
                 raise MescError(f"{_flag(name)} must be a finite number >= 0, "
@@ -149,6 +153,10 @@ class Settings:
 
     def replace(self, **changes) -> "Settings":
         """A copy with some fields changed (``None`` values are ignored)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise MescError(f"unknown setting {', '.join(unknown)}; the settings are "
+                            f"{', '.join(f.name for f in dataclasses.fields(self))}")
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def to_dict(self) -> dict:

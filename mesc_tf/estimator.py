@@ -181,17 +181,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     # Parameters → project objects (all checks happen here, in fit, as scikit-learn wants)
 
     def _settings(self) -> Settings:
-        try:
-            return Settings(framework=self.framework, regularizer=self.regularizer,
-                            reg1=self.reg1, reg2=self.reg2, lr=self.lr, epochs=self.epochs,
-                            coef_init=self.coef_init, recon_scale=self.recon_scale,
-                            thr=self.thr, subspace_dim=self.subspace_dim, power=self.power,
-                            variant=self.variant)
-        except MescError:
-            raise
-        except (TypeError, ValueError) as e:  # a string or an array where a number belongs
-            raise MescError(f"invalid fine-tuning or clustering parameter ({one_line(e)}); "
-                            "give each one a single number") from None
+        return Settings(framework=self.framework, regularizer=self.regularizer,
+                        reg1=self.reg1, reg2=self.reg2, lr=self.lr, epochs=self.epochs,
+                        coef_init=self.coef_init, recon_scale=self.recon_scale,
+                        thr=self.thr, subspace_dim=self.subspace_dim, power=self.power,
+                        variant=self.variant)  # Settings checks every value (MescError)
 
     def _schedule(self) -> Pretrain:
         values = {field: getattr(self, param) for field, param in _PRETRAIN_PARAMS.items()}
@@ -287,6 +281,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         k = self._n_clusters()
         settings = self._settings()
         check_post_method(self.post_method)  # before pretraining
+        if self.verbose not in (0, 1) or isinstance(self.verbose, float):  # True, False: 1, 0
+            raise MescError(f"verbose must be 0 or 1, got {self.verbose!r}")
         weights = self._weights()
         schedule = self._schedule() if weights is None else None
         seed = self._seed()

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from mesc_tf import losses
 from mesc_tf.config import Architecture, Settings, encoder_sizes
+from mesc_tf.errors import MescError
 
 
 def transposed_output_padding(size_in, size_out):
@@ -58,6 +59,14 @@ class ConvAutoEncoder(keras.Model):
         self.latent_shape = (*sizes[-1], arch.channels[-1])
 
     def encode(self, x):
+        # The convolutions take any size, and the decoder would return another than the input's.
+        shape = tuple(x.shape)
+        if len(shape) != 4 or shape[3] != 1 or None not in shape[1:3] and \
+                shape[1:3] != tuple(self.arch.image_shape):
+            raise MescError(f"images of shape {shape[1:]} given to an auto-encoder made for "
+                            f"{tuple(self.arch.image_shape)} images; give (n, "
+                            f"{', '.join(map(str, self.arch.image_shape))}, 1) arrays")
+        x = tf.cast(x, self.compute_dtype)  # uint8 pixels, say; no op for float32
         for layer in self.encoder_layers:
             x = layer(x)
         return x

@@ -229,6 +229,11 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
             ae.set_weights(start.start_weights)
     else:  # no training: only the rescaling below, of ``init``
         history, seconds, steps, final_lr = {}, 0.0, 0, None
+    error = relative_error(ae, x)
+    if not np.isfinite(error):  # NaN weights would give arbitrary codes, and labels, silently
+        raise MescError(f"pretraining diverged (relative reconstruction error {error}); lower "
+                        f"the learning rate (it was {schedule.lr:g}) or scale the images (the "
+                        f"largest value is {float(np.max(x)):.3g}), e.g. to [0, 1]")
     factors = (rescale_activations(ae, x, schedule.activation_scale)
                if schedule.activation_scale else None)
     return ae, {"steps": steps, "seconds": seconds, "batch_size": batch_size,
@@ -237,7 +242,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
                 # count from the start, a resumed run's too); 0: the starting weights, which no
                 # step improved on.
                 "best_step": int(early.best_epoch) + 1 if steps and not kept_start else 0,
-                "relative_error": relative_error(ae, x), "dead_channels": dead_channels(ae, x),
+                "relative_error": error if factors is None else relative_error(ae, x),
+                "dead_channels": dead_channels(ae, x),
                 "channel_activity": {k: [round(float(v), 4) for v in a]
                                      for k, a in channel_activity(ae, x).items()},
                 # The rate reached (halved on plateaus; on a resume, restored from the checkpoint).

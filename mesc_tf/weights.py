@@ -103,30 +103,39 @@ def save_autoencoder(autoencoder, path, metadata=None):
 
 def read_autoencoder_file(path):
     """(Architecture, metadata dict, {layer: (kernel, bias)}) from a project .h5 file."""
+    with _open_h5(path) as f:
+        try:
+            return _read_open_file(f, path)
+        except (RuntimeError, OSError, KeyError) as e:  # h5py, on damaged internals
+            raise MescError(f"{path} is damaged ({one_line(e)}); re-create it with "
+                            "experiments/pretrain.py") from None
+
+
+def _read_open_file(f, path):
+    """read_autoencoder_file's checks and reads on the open file."""
     import h5py
 
-    with _open_h5(path) as f:
-        if f.attrs.get("format") != FORMAT:
-            raise MescError(f"{path} is not a mesc-tf auto-encoder file (no format={FORMAT!r} "
-                            "attribute); convert TF1 checkpoints with --tf1-checkpoint instead")
-        version = f.attrs.get("version")
-        if version != VERSION:
-            shown = "none" if version is None else np.asarray(version).tolist()
-            raise MescError(f"{path} has format version {shown}, but this mesc-tf reads "
-                            f"version {VERSION}; use the mesc-tf that wrote it, or re-create it "
-                            "with experiments/pretrain.py")
-        for name, item in f.items():
-            if not isinstance(item, h5py.Group) or set(item) != {"kernel", "bias"}:
-                raise MescError(f"{path} is damaged: {name!r} is not a layer holding just a "
-                                "kernel and a bias; re-create it with experiments/pretrain.py")
-        try:
-            arch = Architecture.from_dict(json.loads(f.attrs["architecture"]))
-            metadata = json.loads(f.attrs.get("metadata", "{}"))
-            weights = {name: (np.asarray(f[name]["kernel"]), np.asarray(f[name]["bias"]))
-                       for name in f.keys()}
-        except (KeyError, ValueError, TypeError) as e:
-            raise MescError(f"{path} is damaged ({e}); re-create it with "
-                            "experiments/pretrain.py") from None
+    if f.attrs.get("format") != FORMAT:
+        raise MescError(f"{path} is not a mesc-tf auto-encoder file (no format={FORMAT!r} "
+                        "attribute); convert TF1 checkpoints with --tf1-checkpoint instead")
+    version = f.attrs.get("version")
+    if version != VERSION:
+        shown = "none" if version is None else np.asarray(version).tolist()
+        raise MescError(f"{path} has format version {shown}, but this mesc-tf reads "
+                        f"version {VERSION}; use the mesc-tf that wrote it, or re-create it "
+                        "with experiments/pretrain.py")
+    for name, item in f.items():
+        if not isinstance(item, h5py.Group) or set(item) != {"kernel", "bias"}:
+            raise MescError(f"{path} is damaged: {name!r} is not a layer holding just a "
+                            "kernel and a bias; re-create it with experiments/pretrain.py")
+    try:
+        arch = Architecture.from_dict(json.loads(f.attrs["architecture"]))
+        metadata = json.loads(f.attrs.get("metadata", "{}"))
+        weights = {name: (np.asarray(f[name]["kernel"]), np.asarray(f[name]["bias"]))
+                   for name in f.keys()}
+    except (KeyError, ValueError, TypeError) as e:
+        raise MescError(f"{path} is damaged ({e}); re-create it with "
+                        "experiments/pretrain.py") from None
     return arch, metadata, weights
 
 

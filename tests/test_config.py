@@ -1,6 +1,9 @@
 """Tests for mesc_tf.config: the settings table against reference-facts §1.1-§1.5 (the
 authors' released values) and the checks of Architecture, Settings and the helpers."""
 
+import re
+
+import numpy as np
 import pytest
 
 from mesc_tf.config import (DATASETS, Architecture, Settings, encoder_sizes, get_config,
@@ -124,3 +127,22 @@ def test_settings_edges():
     s = Settings()
     assert s.replace(thr=None, epochs=None, variant=None) == s
     assert s.replace(thr=0.5, power=None).thr == 0.5
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lr": True}, "lr (--lr) must be a number, got True"),
+    ({"reg1": "1"}, "reg1 (--reg1) must be a number, got '1'"),
+    ({"thr": np.array([0.2])}, "thr (--thr) must be a number, got array"),
+    ({"coef_init": np.array(1e-4)}, "coef_init (--coef-init) must be a number"),
+    ({"epochs": "5"}, "epochs (--epochs) must be a number, got '5'"),
+    ({"subspace_dim": True}, "subspace_dim (--subspace-dim) must be a number, got True"),
+    ({"epoch": 3}, "unknown setting epoch; the settings are framework, regularizer, reg1"),
+])
+def test_settings_refuse_values_that_are_not_numbers_and_unknown_names(change, message):
+    """A bool, a string or an array is not a setting's number: each used to pass (True as 1,
+    an array as itself, failing deep in Keras or after training) or fail with a raw TypeError;
+    an unknown name raised dataclasses' TypeError. NumPy scalars stay accepted."""
+    with pytest.raises(MescError, match=re.escape(message)):
+        Settings().replace(**change)
+    ok = Settings().replace(reg2=np.float32(0.5), epochs=np.int64(3), subspace_dim=4.0)
+    assert (ok.reg2, ok.epochs, ok.subspace_dim) == (0.5, 3, 4)

@@ -213,9 +213,12 @@ def bad_fits():
     yield "even kernel", MESCClustering(2, kernels=4, channels=3), x, "must be odd"
     yield "channels 0", MESCClustering(2, kernels=3, channels=0), x, "channels"
     yield "pretrain_lr inf", MESCClustering(2, pretrain_lr=np.inf), x, "pretrain_lr must be a"
-    yield "reg2 type", MESCClustering(2, reg2="big"), x, "parameter"
+    yield "reg2 type", MESCClustering(2, reg2="big"), x, "reg2 .* must be a number, got 'big'"
     yield ("reg1 array", MESCClustering(2, reg1=np.array([1.0, 2.0])), x,
-           "invalid fine-tuning .*single number")
+           r"reg1 .* must be a number, got array\(\[1\., 2\.\]\)")
+    yield "lr bool", MESCClustering(2, lr=True), x, "lr .* must be a number, got True"
+    yield "verbose", MESCClustering(2, verbose="x"), x, "verbose must be 0 or 1, got 'x'"
+    yield "verbose 2", MESCClustering(2, verbose=2), x, "verbose must be 0 or 1, got 2"
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
     yield "random_state", MESCClustering(2, random_state="seed"), x, "random_state"
     yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"

@@ -168,6 +168,13 @@ def test_bad_inputs():
         cluster(np.ones((1, 1)), 1, 0.2, 1, 1.0)
     with pytest.raises(MescError, match="subspace_dim must be a whole number >= 1, got 0"):
         cluster(np.eye(5), 2, 0.2, 0, 1.0)
+    # The seed and info are checked before thrC and the SVD run, not inside NumPy or sklearn.
+    for method in ("fast", "reference"):
+        for seed in (-1, 2**40, 2.5, "a"):
+            with pytest.raises(MescError, match="seed must be a whole number from 0 to"):
+                cluster(np.eye(5), 2, 0.2, 1, 1.0, seed=seed, method=method)
+    with pytest.raises(MescError, match=r"info must be a dict .*, got \[\]"):
+        cluster(np.eye(5), 2, 0.2, 1, 1.0, info=[])
 
 
 def test_integer_and_boolean_C_are_taken_as_float64():

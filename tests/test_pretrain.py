@@ -101,6 +101,17 @@ def test_continuing_never_returns_worse_weights_than_it_started_from(x):
         np.testing.assert_array_equal(kept.numpy(), first)
 
 
+def test_diverged_pretraining_is_refused_not_returned(x):
+    """Images of 1e30 overflow the reconstruction error: NaN weights would give arbitrary codes
+    and labels (the estimator's fit returned them silently), so pretraining stops with one
+    line naming the rate and the pixel scale."""
+    configure_runtime(0)
+    with pytest.raises(MescError, match=r"pretraining diverged \(relative reconstruction error "
+                       r"nan\); lower the learning rate \(it was 0.01\) or scale the images "
+                       r"\(the largest value is 1e\+30\)"):
+        pipeline.pretrain(x * np.float32(1e30), ARCH, Pretrain(lr=1e-2, max_steps=2), verbose=0)
+
+
 def test_lr_patience_halves_the_rate_on_plateaus(x):
     """With no improvement, ReduceLROnPlateau halves the rate every ``lr_patience`` steps."""
     configure_runtime(0)

@@ -177,15 +177,11 @@ def test_default_output_is_under_mesc_pretrained_dir(orl, tmp_path, capsys, monk
 
 def test_a_diverged_run_writes_nothing(orl, tmp_path, capsys, monkeypatch):
     """A non-finite final error (here faked) ends in one error line and no file."""
-    real = pipeline.pretrain
+    import mesc_tf.training
 
-    def diverged(*a, **k):
-        ae, info = real(*a, **k)
-        return ae, {**info, "relative_error": float("nan")}
-
-    monkeypatch.setattr(pipeline, "pretrain", diverged)
+    monkeypatch.setattr(mesc_tf.training, "relative_error", lambda ae, x: float("nan"))
     code, _, err = invoke([*_data(orl), "--max-steps", "1", "--out", tmp_path / "orl.h5"], capsys)
-    assert code == 2 and "error: pretraining diverged" in err
+    assert code == 2 and "error: pretraining diverged (relative reconstruction error nan)" in err
     assert not list(tmp_path.iterdir())
 
 

@@ -122,6 +122,24 @@ def test_h5_damaged_contents_are_refused(saved):
     expect_error("'junk' is not a layer", load_autoencoder, path)
 
 
+def test_h5_with_damaged_internals_is_refused(saved, tmp_path):
+    """Bytes overwritten anywhere past the header (here 256 at a time, every 1/40 of the
+    file): the file still loads, or is refused with one line. h5py fails on some of them with
+    a RuntimeError or an OSError from inside (bad symbol table node, ...), which must reach
+    the user as the file being damaged, not as h5py's exception."""
+    _, path = saved
+    raw = path.read_bytes()
+    damaged, seen = tmp_path / "damaged.h5", set()
+    for start in range(512, len(raw), len(raw) // 40):
+        damaged.write_bytes(raw[:start] + b"\xab" * 256 + raw[start + 256:])
+        try:
+            read_autoencoder_file(damaged)
+        except MescError as e:
+            assert "\n" not in str(e) and str(damaged) in str(e)
+            seen.add("h5py's own failure" if " is damaged (" in str(e) else "checked")
+    assert "h5py's own failure" in seen, seen  # the case this test is for still occurs
+
+
 # --- the authors' TF1 checkpoints ------------------------------------------------------------
 
 

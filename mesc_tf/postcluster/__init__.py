@@ -88,7 +88,8 @@ from __future__ import annotations
 
 import time
 
-from mesc_tf.config import check_post_method
+from mesc_tf.config import check_post_method, check_seed
+from mesc_tf.errors import MescError
 from mesc_tf.postcluster.checks import (check_affinity_args, check_ratio, check_square,
                                         check_variant)
 from mesc_tf.postcluster.fast import post_proC_fast, spectral_with_fallbacks
@@ -116,6 +117,10 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     """
     method = check_post_method(method)
     check_variant(variant)
+    if seed is not None:  # here, not after thrC and the SVD have run
+        seed = check_seed(seed)
+    if info is not None and not isinstance(info, dict):
+        raise MescError(f"info must be a dict (it receives the solvers used), got {info!r}")
     info = {} if info is None else info
     info["method"] = method
     C = check_square(C, "thrC")
