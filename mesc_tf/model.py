@@ -61,8 +61,8 @@ class ConvAutoEncoder(keras.Model):
     def encode(self, x):
         # The convolutions take any size, and the decoder would return another than the input's.
         shape = tuple(x.shape)
-        if len(shape) != 4 or shape[3] != 1 or None not in shape[1:3] and \
-                shape[1:3] != tuple(self.arch.image_shape):
+        if len(shape) != 4 or shape[3] != 1 or (
+                None not in shape[1:3] and shape[1:3] != tuple(self.arch.image_shape)):
             raise MescError(f"images of shape {shape[1:]} given to an auto-encoder made for "
                             f"{tuple(self.arch.image_shape)} images; give (n, "
                             f"{', '.join(map(str, self.arch.image_shape))}, 1) arrays")
