@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,16 +67,12 @@ def test_bench_fails_loudly_on_a_bad_data_file(tmp_path):
 def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monkeypatch):
     """benchmarks/spectral_routes.py on a small block C with the large-n routes forced: both
     routes give the same labels, the figures are written, and the module is left as it was."""
-    import importlib.util
 
     import numpy as np
 
     from mesc_tf.postcluster import fast as pc_fast
 
-    spec = importlib.util.spec_from_file_location("spectral_routes",
-                                                  REPO / "benchmarks" / "spectral_routes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/spectral_routes.py", "spectral_routes")
     # Five blocks with heavy-tailed weights in noise (test_postcluster_fast's trained_like):
     # well-posed at powers 1 and 8, so the two routes must agree.
     rng = np.random.default_rng(0)
@@ -132,12 +129,8 @@ def test_spectral_routes_bad_coef_is_one_line(tmp_path):
 def test_spectral_sklearn_prints_both_routes_per_variant(capsys):
     """benchmarks/spectral_sklearn.py: with the scikit-learn setup.py requires, every route
     clusters its noisy blocks perfectly (the README's figures for 1.9)."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("spectral_sklearn",
-                                                  REPO / "benchmarks" / "spectral_sklearn.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/spectral_sklearn.py", "spectral_sklearn")
     assert mod.main(["--seeds", "0-2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("scikit-learn ") and len(lines) == 7
@@ -176,12 +169,8 @@ def test_bench_bad_options_are_one_line(tmp_path):
 def test_conv_routes_reformulations_agree_with_keras(tmp_path):
     """benchmarks/conv_routes.py's stride-1 and col2im rewrites compute Keras' layers (odd sizes
     included: EYaleB 12×11 → 6×6, MNIST 7 → 4), and it writes a row per layer."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("conv_routes",
-                                                  REPO / "benchmarks" / "conv_routes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/conv_routes.py", "conv_routes")
     out = tmp_path / "conv.json"
     assert mod.main(["--datasets", "eyaleb,mnist", "--n", "2", "--repeats", "1",
                      "--json", str(out)]) == 0
@@ -202,11 +191,8 @@ def test_xla_step_export_matches_the_program(tmp_path):
     program's parameters (shape and type, in order), every variable the step updates comes back
     as an aliased output, the program runs at float32 precision on the device alone, and
     TensorFlow's reference steps are recorded."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("xla_step", REPO / "benchmarks" / "xla_step.py")
-    xla_step = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(xla_step)
+    xla_step = load_script("benchmarks/xla_step.py", "xla_step")
     hlo_pb2, xla_data_pb2 = xla_step.xla_protos()
 
     env = {**os.environ, "MESC_DATA_DIR": str(tmp_path / "no-data")}
@@ -252,13 +238,10 @@ def test_xla_step_export_matches_the_program(tmp_path):
 def test_xla_step_interrupted_export_leaves_no_stale_set(tmp_path, monkeypatch):
     """An export stopped half-way leaves no temporary files, and no .json (the mark `time`
     reads as "exported") beside a half-written set, even where an older export left one."""
-    import importlib.util
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     monkeypatch.setenv("MESC_DATA_DIR", str(tmp_path / "no-data"))
-    spec = importlib.util.spec_from_file_location("xla_step", REPO / "benchmarks" / "xla_step.py")
-    xla_step = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(xla_step)
+    xla_step = load_script("benchmarks/xla_step.py", "xla_step")
     out = tmp_path / "out"
     out.mkdir()
     (out / "orl.json").write_text("{}")  # an older export's
@@ -293,12 +276,8 @@ def test_xla_step_bad_options_are_one_line(tmp_path):
 
 @pytest.fixture
 def bench():
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench", REPO / "benchmarks" / "bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench.py", "bench")
 
 
 def test_bench_timed_ms_is_the_median_of_the_timed_calls(bench, monkeypatch):

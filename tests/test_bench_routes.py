@@ -3,21 +3,18 @@ the smoke runs in test_bench.py: the convolution rewrites against TensorFlow's o
 and input sizes the models do not use, the timing and comparison helpers, and what each
 script's main passes on and writes (its slow parts faked, so nothing here depends on timing)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"benchmarks/{name}.py", name)
 
 
 # ---- conv_routes.py ----------------------------------------------------------------------

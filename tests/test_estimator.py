@@ -2,7 +2,6 @@
 union-of-subspaces image set, and equality with the command-line code path."""
 
 import copy
-import importlib.util
 import pickle
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ from mesc_tf.config import Architecture, Pretrain, Settings, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.estimator import default_architecture
 from mesc_tf.metrics import accuracy
+from scripts import load_script  # tests/scripts.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -399,11 +399,7 @@ def test_same_results_as_cli_path(fitted, images, tmp_path):
 
 
 def _load_script(name):
-    path = ROOT / "experiments" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_est_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"experiments/{name}.py", f"_est_{name}")
 
 
 def test_same_results_as_run_py_on_toy(shared_data, tmp_path, monkeypatch, capsys):

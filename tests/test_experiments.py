@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -1052,7 +1053,6 @@ def test_every_make_target_passes_options_its_script_takes():
     """Each Makefile target's command (``make -n``) names a script whose parser accepts the
     options the Makefile gives it, so that renaming an option cannot break `make table` or
     `make faithfulness` unnoticed. Only the parsers run; nothing trains."""
-    import importlib.util
     import shlex
 
     import os
@@ -1074,10 +1074,7 @@ def test_every_make_target_passes_options_its_script_takes():
         assert len(lines) == 1, (target, lines)
         python, script, *argv = shlex.split(lines[0])
         assert python == "python" and (REPO / script).is_file(), (target, lines[0])
-        spec = importlib.util.spec_from_file_location(f"make_{target.replace('-', '_')}",
-                                                      REPO / script)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_script(script, f"make_{target.replace('-', '_')}")
         try:
             module.parse_args(argv)
         except SystemExit as e:
@@ -1128,7 +1125,6 @@ def test_documented_commands_parse(monkeypatch):
     """Every command the documents and usage lines give for a script is one its parser takes:
     renaming an option or a value leaves no stale command for a reader to copy. Placeholders
     (D, M, S ...) are given a value; files the commands name need not exist here."""
-    import importlib.util
     import io
     from contextlib import redirect_stderr
 
@@ -1137,10 +1133,7 @@ def test_documented_commands_parse(monkeypatch):
     for where, script, argv in _documented_commands():
         assert (REPO / script).is_file(), f"{where}: {script} does not exist"
         if script not in modules:
-            spec = importlib.util.spec_from_file_location(
-                "doc_" + Path(script).stem, REPO / script)
-            modules[script] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(modules[script])
+            modules[script] = load_script(script, "doc_" + Path(script).stem)
         parse = getattr(modules[script], "parse_args", None)
         if parse is None:  # a script without options
             assert not argv, f"{where}: {script} takes no options, the document gives {argv}"

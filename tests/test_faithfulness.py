@@ -9,7 +9,6 @@
   and one Adam update of C) and five steps against the port from the same weights.
 """
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from mesc_tf import cli, data, pipeline, released_graph
 from mesc_tf.config import Settings, get_config, method_settings
 from mesc_tf.weights import load_tf1_checkpoint, read_tf1_checkpoint
+from scripts import load_script  # tests/scripts.py
 
 pytestmark = pytest.mark.usefixtures("runtime")
 
@@ -33,13 +33,9 @@ RTOL = 3e-6
 LOSS_RTOL = 1e-5
 
 
-def load_script(name):
-    """An experiments/ script as a module (they are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"experiments_{name}",
-                                                  REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def experiment(name):
+    """An experiments/ script as a module."""
+    return load_script(f"experiments/{name}.py", f"experiments_{name}")
 
 
 def rel_err(got, want):
@@ -80,7 +76,7 @@ def test_orl_decoupled_entropy_matches_released_graph(tf1_ckpts, shared_data, sh
     """experiments/run.py (its main, in process, to also get the per-step history) with the
     settings of shared/reference/README.md: C after 100 steps, the per-step loss terms and the
     run's files. The subprocess entry point is exercised in test_integration."""
-    run = load_script("run")
+    run = experiment("run")
     monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
     coef_path = tmp_path / "C.npy"
     result = run.main([
@@ -118,7 +114,7 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
     the original order (--noise-floor); --json keeps the figures printed."""
     monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
     out = tmp_path / "faithfulness.json"
-    figures = load_script("faithfulness").main([
+    figures = experiment("faithfulness").main([
         "--dataset", "orl", "--tf1-checkpoint", str(tf1_ckpts["orl"]), "--reg1", "1",
         "--reg2", "0.2", "--lr", "1e-3", "--epochs", "100",
         "--against", str(shared_reference / "orl_decoupled_entropy_C100.npy"), "--noise-floor",
@@ -152,7 +148,7 @@ def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, sy
     np.save(tmp_path / "c4.npy", np.zeros((4, 4), np.float32))  # --samples 3 takes 3, not 4
     np.save(tmp_path / "c_wide.npy", np.zeros((400, 3), np.float32))
     (tmp_path / "c.txt").write_text("1 2 3\n")
-    script = load_script("faithfulness")
+    script = experiment("faithfulness")
     argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]),
             *[a.format(tmp=tmp_path) for a in argv], "--json", str(tmp_path / "f.json")]
     with pytest.raises(SystemExit) as e:
@@ -167,7 +163,7 @@ def test_faithfulness_command_leaves_no_folder_after_an_error(synthetic_data, tm
     """The folders made for --json go again when the run fails (here: no such checkpoint)."""
     monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     with pytest.raises(SystemExit) as e:
-        load_script("faithfulness").run(["--dataset", "toy", "--epochs", "2", "--tf1-checkpoint",
+        experiment("faithfulness").run(["--dataset", "toy", "--epochs", "2", "--tf1-checkpoint",
                                          "/nonexistent/model.ckpt", "--json",
                                          str(tmp_path / "new" / "f.json")])
     err = capsys.readouterr().err
@@ -178,7 +174,7 @@ def test_faithfulness_command_leaves_no_folder_after_an_error(synthetic_data, tm
 def test_faithfulness_figures():
     """‖a − b‖ / ‖b‖; per step |port − graph| / |graph|, 0 where both are 0, inf where only the
     port's is."""
-    script = load_script("faithfulness")
+    script = experiment("faithfulness")
     assert script.relative([3.0, 4.0], [0.0, 10.0]) == pytest.approx(np.hypot(3.0, 6.0) / 10)
     assert script.largest_step_difference([1.0, 3.0], [1.0, 2.0]) == pytest.approx(0.5)
     assert script.largest_step_difference([0.0, 0.0], [0.0, 0.0]) == 0.0
@@ -212,7 +208,7 @@ def test_faithfulness_command_compares_the_right_matrices(synthetic_tf1, synthet
     out.write_text("{}")
     argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]), "--samples",
             "4", "--epochs", "2", "--against", str(tmp_path / "against.npy"), "--json", str(out)]
-    script = load_script("faithfulness")
+    script = experiment("faithfulness")
     with pytest.raises(MescError, match="already exists"):
         script.main(argv)
     figures = script.main([*argv, "--force"])

@@ -21,6 +21,7 @@ from mesc_tf.errors import MescError
 from mesc_tf.metrics import accuracy
 from mesc_tf.model import ConvAutoEncoder
 from mesc_tf.weights import read_tf1_checkpoint, save_autoencoder
+from scripts import load_script  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -159,13 +160,10 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path,
 def test_run_py_takes_a_table_rows_settings(shared_data, tmp_path, monkeypatch, capsys):
     """--method gives the settings of a row of the main table (here DSC-Net-L2's, with its ½
     on the reconstruction), which the other options still override."""
-    import importlib.util
 
     from mesc_tf.config import method_settings
 
-    spec = importlib.util.spec_from_file_location("run_cli", REPO / "experiments" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = load_script("experiments/run.py", "run_cli")
     monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
     out = tmp_path / "run"
     run.main(["--dataset", "toy", "--method", "dsc_l2", "--epochs", "2", "--recon-scale", "0.25",

@@ -16,6 +16,7 @@ from mesc_tf.model import ConvAutoEncoder
 from mesc_tf.training import (channel_activity, configure_runtime, hidden_activation_means,
                               relative_error)
 from mesc_tf.weights import load_autoencoder, save_autoencoder
+from scripts import load_script  # tests/scripts.py
 
 ARCH = Architecture(image_shape=(16, 16), kernels=(3, 3), channels=(4, 6))
 
@@ -278,13 +279,8 @@ def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeyp
 
 
 def test_pretrain_command_checks_the_new_options(capsys):
-    import importlib.util
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "pretrain_cli", Path(__file__).resolve().parents[1] / "experiments" / "pretrain.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("experiments/pretrain.py", "pretrain_cli")
     for argv, needle in ((["--target", "1.5"], "--target must be in [0, 1)"),
                          (["--initializer", "zeros"], "invalid choice"),
                          (["--max-steps", "0"], "--max-steps 0 trains nothing: give --init"),

@@ -3,7 +3,6 @@ its .h5 records, the options that reach the training, --resume and --force with 
 the default output folder, a diverged run and a failed write. Found by mutation testing: each
 test fails on a small bug the older tests let through."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,12 +14,10 @@ from mesc_tf.config import Pretrain, get_config
 from mesc_tf.errors import MescError
 from synthetic import write_fea_gnd  # tests/synthetic.py
 from test_reliability import invoke as invoke_script
+from scripts import load_script  # tests/scripts.py
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("_pretrain_command", ROOT / "experiments" /
-                                               "pretrain.py")
-PRETRAIN = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(PRETRAIN)
+PRETRAIN = load_script("experiments/pretrain.py", "_pretrain_command")
 ORL = get_config("orl")
 
 

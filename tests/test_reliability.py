@@ -13,7 +13,6 @@
 Every input is synthetic (written to tmp dirs), so nothing here needs the shared data.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -33,16 +32,13 @@ from mesc_tf.config import get_config
 from mesc_tf.errors import MescError
 from mesc_tf.files import read_backup_state, size_text
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
+from scripts import load_script  # tests/scripts.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_mesc_script_{name}",
-                                                  ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"experiments/{name}.py", f"_mesc_script_{name}")
 
 
 RUN = _script("run")
@@ -161,9 +157,7 @@ COUNTS = [
 def test_count_options_take_whole_numbers_from_their_least(script, before, option, low, capsys,
                                                           monkeypatch):
     monkeypatch.syspath_prepend(str((ROOT / script).parent))  # xla_step imports bench
-    spec = importlib.util.spec_from_file_location(f"_counts_{Path(script).stem}", ROOT / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(script, f"_counts_{Path(script).stem}")
     for value, needle in [(low - 1, f"{option}: must be >= {low}, got {low - 1}"),
                           ("2.5", f"{option}: must be a whole number >= {low}, got '2.5'")]:
         with pytest.raises(SystemExit) as e:

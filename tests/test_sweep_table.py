@@ -4,7 +4,6 @@ Fast: grid parsing, planning and the results file need no training; the real run
 problems (toy: 216 images, 4 steps; ORL: 2 steps, one method, 2 seeds).
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,16 +17,13 @@ from mesc_tf import sweep
 from mesc_tf.provenance import code_revision
 from mesc_tf.config import Settings, method_settings
 from mesc_tf.errors import MescError
+from scripts import load_script  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}",
-                                                  REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"experiments/{name}.py", f"_exp_{name}")
 
 
 # --- grids, seeds, plans ---------------------------------------------------------------------

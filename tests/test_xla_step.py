@@ -3,7 +3,6 @@ values, the figures `time` reports, its options) with the heavy parts replaced b
 small export timed through JAX on this CPU (skipped where JAX is not installed), so that `time`,
 which otherwise runs only on the GPU machine, is exercised here."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,15 +10,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scripts import load_script  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("xla_step", REPO / "benchmarks" / "xla_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/xla_step.py", "xla_step")
 
 
 @pytest.fixture
