@@ -71,13 +71,16 @@ class Architecture:
     channels: tuple[int, ...]
 
     def __post_init__(self):
-        shape = tuple(self.image_shape)
+        shape = _sequence(self.image_shape, "image_shape", "(height, width)")
         if len(shape) == 3 and shape[2] == 1:  # (h, w, 1): the one channel named
             shape = shape[:2]
         if len(shape) != 2 or not all(is_whole(s) and s > 0 for s in shape):
             raise MescError(f"architecture image_shape must be (height, width) of one-channel "
                             f"images, got {self.image_shape}")
         object.__setattr__(self, "image_shape", tuple(int(s) for s in shape))
+        for name in ("kernels", "channels"):
+            object.__setattr__(self, name, _sequence(getattr(self, name), name,
+                                                     "one whole number per encoder layer"))
         if len(self.kernels) != len(self.channels) or not self.kernels:
             raise MescError(
                 f"architecture needs as many kernels as channels (got {self.kernels} and "
@@ -103,7 +106,19 @@ class Architecture:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Architecture":
-        return cls(tuple(d["image_shape"]), tuple(d["kernels"]), tuple(d["channels"]))
+        """The inverse of :meth:`to_dict`; a dict without exactly its three keys is refused."""
+        keys = ("image_shape", "kernels", "channels")
+        if not isinstance(d, dict) or set(d) != set(keys):
+            got = sorted(map(str, d)) if isinstance(d, dict) else type(d).__name__
+            raise MescError(f"an architecture is a dict of {', '.join(keys)}; got {got}")
+        return cls(*(d[key] for key in keys))
+
+
+def _sequence(value, name, what) -> tuple:
+    """``value`` as a tuple, for Architecture's fields; a MescError for a number or a string."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise MescError(f"architecture {name} must be a sequence ({what}), got {value!r}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import numpy as np
 
 from mesc_tf.config import get_config, is_whole
 from mesc_tf.errors import MescError, one_line
+from mesc_tf.files import as_path
 
 ENV_VAR = "MESC_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
@@ -59,7 +60,7 @@ def _choose_data_dir(data_dir=None) -> tuple[Path, str]:
         path, how = Path(DEFAULT_DATA_DIR), "the default data/ in the current directory"
     path = path.expanduser().absolute()
     if data_dir is not None and str(data_dir) != "":
-        given = Path(data_dir).expanduser().absolute()
+        given = as_path(data_dir, "data_dir").expanduser().absolute()
         # Commands that resolve the folder once and hand it on (sweep and table workers) pass
         # the environment's or the default folder back in: name where it really came from.
         if given != path:

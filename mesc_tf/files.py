@@ -1,6 +1,6 @@
 """Atomic file writes (text, JSON, .npy): readers (and a resumed run) never see half a file.
-Also the reader of the state.json those writes leave in a training checkpoint, and the JSON
-encoding of NumPy values and paths (no TensorFlow needed)."""
+Also the reader of the state.json those writes leave in a training checkpoint, the JSON
+encoding of NumPy values and paths, and the check of path arguments (no TensorFlow needed)."""
 
 import contextlib
 import errno
@@ -11,6 +11,14 @@ import tempfile
 from pathlib import Path
 
 from mesc_tf.errors import MescError, one_line
+
+
+def as_path(value, what) -> Path:
+    """``value`` (a str or os.PathLike) as a Path; one MescError for anything else."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise MescError(f"{what} must be a path (a str or pathlib.Path), got "
+                        f"{type(value).__name__} {value!r}")
+    return Path(value)
 
 
 def json_default(o):

@@ -20,7 +20,7 @@ import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError, one_line
-from mesc_tf.files import atomic_file, json_default
+from mesc_tf.files import as_path, atomic_file, json_default
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -65,7 +65,7 @@ def _strip_checkpoint_suffix(path) -> str:
 def require_h5(path, how="make one with experiments/pretrain.py") -> Path:
     """``path`` as a Path if it is a file, else one MescError: not found or a folder, and
     ``how`` to get one."""
-    path = Path(path)
+    path = as_path(path, "auto-encoder file")
     if not path.is_file():
         found = "is a folder" if path.is_dir() else "not found"
         raise MescError(f"auto-encoder file {path} {found}; give an existing .h5 file ({how})")
@@ -84,21 +84,56 @@ def _open_h5(path):
 
 
 def save_autoencoder(autoencoder, path, metadata=None):
-    """Write the auto-encoder's weights, architecture and metadata to ``path`` atomically."""
+    """Write the auto-encoder's weights, architecture and metadata to ``path`` atomically.
+
+    Everything is checked before the file is opened: a refused call writes nothing."""
     import h5py
 
-    path = Path(path)
+    path = as_path(path, "save_autoencoder's path")
+    layers = _saved_layers(autoencoder)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise MescError(f"save_autoencoder's metadata must be a dict or None, got "
+                        f"{type(metadata).__name__}")
+    try:
+        metadata = json.dumps(metadata or {}, default=json_default)
+    except (TypeError, ValueError) as e:
+        raise MescError(f"save_autoencoder's metadata cannot be written as JSON ({e}); give "
+                        "numbers, strings, lists and dicts") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path, "w+b") as raw, h5py.File(raw, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["version"] = VERSION
         f.attrs["architecture"] = json.dumps(autoencoder.arch.to_dict())
-        f.attrs["metadata"] = json.dumps(metadata or {}, default=json_default)
-        for layer in autoencoder.named_layers:
-            g = f.create_group(layer.name)
-            g.create_dataset("kernel", data=np.asarray(layer.kernel.numpy(), np.float32))
-            g.create_dataset("bias", data=np.asarray(layer.bias.numpy(), np.float32))
+        f.attrs["metadata"] = metadata
+        for name, (kernel, bias) in layers.items():
+            g = f.create_group(name)
+            g.create_dataset("kernel", data=kernel)
+            g.create_dataset("bias", data=bias)
     return path
+
+
+def _saved_layers(autoencoder) -> dict:
+    """{layer name: (kernel, bias)} of a built ConvAutoEncoder as float32, all finite (the
+    loader refuses anything else, so nothing else is written)."""
+    from mesc_tf.model import ConvAutoEncoder
+
+    if not isinstance(autoencoder, ConvAutoEncoder):
+        inner = getattr(autoencoder, "autoencoder", None)
+        hint = (" (this model's auto-encoder is its .autoencoder)"
+                if isinstance(inner, ConvAutoEncoder) else "")
+        raise MescError(f"save_autoencoder needs a mesc_tf.model.ConvAutoEncoder, got "
+                        f"{type(autoencoder).__name__}{hint}")
+    if not all(layer.built for layer in autoencoder.named_layers):
+        raise MescError("save_autoencoder got an auto-encoder with no weights yet; build it "
+                        "first (ConvAutoEncoder(arch).build_for_input())")
+    layers = {layer.name: (np.asarray(layer.kernel.numpy(), np.float32),
+                           np.asarray(layer.bias.numpy(), np.float32))
+              for layer in autoencoder.named_layers}
+    if not all(np.isfinite(w).all() for pair in layers.values() for w in pair):
+        raise MescError("save_autoencoder got weights holding NaN or infinite values (a "
+                        "diverged training); they would not load: lower the learning rate "
+                        "and train again")
+    return layers
 
 
 def read_autoencoder_file(path):
@@ -133,7 +168,7 @@ def _read_open_file(f, path):
         metadata = json.loads(f.attrs.get("metadata", "{}"))
         weights = {name: (np.asarray(f[name]["kernel"]), np.asarray(f[name]["bias"]))
                    for name in f.keys()}
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, MescError) as e:  # MescError: Architecture's
         raise MescError(f"{path} is damaged ({e}); re-create it with "
                         "experiments/pretrain.py") from None
     return arch, metadata, weights

@@ -1,5 +1,7 @@
 """Post-clustering (reference-facts §3.1-§3.2): thrC equals the column loop; block recovery."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -287,6 +289,23 @@ def test_one_cluster_and_all_zero_C(method):
     # 'dsc' keeps an all-zero C all zero: no affinity to cluster ('mesc' sets diag := 1).
     with pytest.raises(MescError, match="affinity matrix is all zero"):
         cluster(np.zeros((20, 20), np.float32), 2, 0.2, 2, 1.0, "dsc", method=method)
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_C_that_links_no_two_samples_is_warned_about(method):
+    """A diagonal C (or one whose off-diagonal thrC drops) says nothing about clusters: every
+    route still labels it, with a warning that points at the caller. A C with links does not
+    warn, not even where its diagonal is zero."""
+    C, _ = _blocks()
+    np.fill_diagonal(C, 0.0)
+    for unlinked, thr in [(np.eye(20), 0.2), (np.diag(np.arange(1.0, 21.0)), 1.0),
+                          (C + 1e3 * np.eye(len(C)), 0.2)]:
+        with pytest.warns(UserWarning, match="no nonzero entry off its diagonal") as record:
+            labels = cluster(unlinked, 2, thr, 2, 1.0, method=method)
+        assert record[0].filename == __file__ and labels.shape == (len(unlinked),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cluster(C, 2, 0.2, 2, 1.0, method=method)
 
 
 def test_float16_C_is_taken_as_float32():

@@ -186,6 +186,26 @@ def test_architecture_normalises_and_checks_layers():
     expect_error("channels must be whole numbers >= 1", Architecture, (28, 28), (3,), (2.0,))
 
 
+@pytest.mark.parametrize("args, match", [
+    ((16, (3,), (5,)), "image_shape must be a sequence \\(\\(height, width\\)\\), got 16"),
+    (((16, 16), 3, (5,)), "kernels must be a sequence .*, got 3"),
+    (((16, 16), (3,), "5"), "channels must be a sequence .*, got '5'"),
+])
+def test_architecture_refuses_numbers_for_sequences(args, match):
+    """A bare number or a string where a sequence belongs: one line, not tuple()'s TypeError
+    (a string would pass as a sequence of characters)."""
+    expect_error(match, Architecture, *args)
+
+
+def test_architecture_from_dict_needs_its_three_keys():
+    """from_dict (files, pickled estimators) inverts to_dict and refuses any other dict."""
+    arch = Architecture((16, 16), (3, 3), (4, 8))
+    assert Architecture.from_dict(arch.to_dict()) == arch
+    expect_error("a dict of image_shape, kernels, channels; got \\['image_shape', 'kernels'\\]",
+                 Architecture.from_dict, {"image_shape": [16, 16], "kernels": [3]})
+    expect_error("got list", Architecture.from_dict, [16, 16])
+
+
 def test_tf1_checkpoint_wrong_architecture(synthetic_tf1):
     expect_error("kernels \\(3,\\) and channels \\(15,\\)", load_tf1_checkpoint,
                  synthetic_tf1["coil20"], get_config("coil40").arch)
@@ -344,18 +364,22 @@ def test_h5_extra_layer_is_refused(saved):
         load_autoencoder(path, ARCH)
 
 
-@pytest.mark.parametrize("damage", ["no architecture", "architecture without channels"])
+@pytest.mark.parametrize("damage", ["no architecture", "architecture without channels",
+                                    "architecture with an even kernel"])
 def test_h5_without_its_architecture_is_damaged(saved, damage):
-    """A file whose architecture attribute is missing or lacks a field: one MescError saying
-    it is damaged, not a KeyError traceback."""
+    """A file whose architecture attribute is missing, lacks a field or is not a valid
+    architecture: one MescError naming the file as damaged, not a KeyError traceback."""
     _, path = saved
     with h5py.File(path, "a") as f:
         if damage == "no architecture":
             del f.attrs["architecture"]
-        else:
+        elif damage == "architecture without channels":
             f.attrs["architecture"] = json.dumps({"image_shape": [32, 32], "kernels": [3, 3, 3]})
-    with pytest.raises(MescError, match="is damaged"):
-        load_autoencoder(path)
+        else:
+            f.attrs["architecture"] = json.dumps({"image_shape": [32, 32], "kernels": [4],
+                                                  "channels": [15]})
+    message = expect_error("is damaged", load_autoencoder, path)
+    assert message.startswith(str(path))
 
 
 def test_h5_older_format_version_is_refused(saved):
@@ -383,6 +407,52 @@ def test_h5_save_is_atomic(saved, monkeypatch):
         save_autoencoder(ae, path, {"dataset": "orl"})
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == ["ae.h5"]
+
+
+@pytest.mark.parametrize("case, match", [
+    ("not an auto-encoder", "needs a mesc_tf.model.ConvAutoEncoder, got str"),
+    ("the fine-tuning model", "got MESCNet \\(this model's auto-encoder is its .autoencoder\\)"),
+    ("not built", "no weights yet; build it first"),
+    ("NaN weights", "NaN or infinite values"),
+    ("path of another type", "path must be a path \\(a str or pathlib.Path\\), got int 5"),
+    ("metadata not a dict", "metadata must be a dict or None, got list"),
+    ("metadata not JSON", "metadata cannot be written as JSON"),
+])
+def test_save_autoencoder_refuses_bad_arguments_and_writes_nothing(tmp_path, case, match):
+    """Everything is checked before the file is opened: a refused save leaves the old file as
+    it was (and no temporary beside it). NaN weights would be refused on loading, so they
+    are not written."""
+    from mesc_tf.config import Settings
+    from mesc_tf.model import MESCNet
+
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    path = save_autoencoder(ae, tmp_path / "ae.h5")
+    before = path.read_bytes()
+    args = {"autoencoder": ae, "path": path, "metadata": None}
+    if case == "not an auto-encoder":
+        args["autoencoder"] = "ae"
+    elif case == "the fine-tuning model":
+        args["autoencoder"] = MESCNet(ae, 4, Settings())
+    elif case == "not built":
+        args["autoencoder"] = ConvAutoEncoder(ARCH)
+    elif case == "NaN weights":
+        layer = ae.named_layers[-1]
+        layer.bias.assign(np.full(layer.bias.shape, np.nan, np.float32))
+    elif case == "path of another type":
+        args["path"] = 5
+    elif case == "metadata not a dict":
+        args["metadata"] = [1]
+    else:
+        args["metadata"] = {"when": object()}
+    expect_error(match, save_autoencoder, **args)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ae.h5"]
+
+
+def test_paths_of_another_type_are_refused_in_one_line(saved):
+    """load_autoencoder and load_dataset name the argument instead of pathlib's TypeError."""
+    expect_error("auto-encoder file must be a path .*got int 3", load_autoencoder, 3)
+    expect_error("data_dir must be a path .*got list", data.load_dataset, "orl", ["data"])
 
 
 def test_h5_save_makes_its_folder(tmp_path):

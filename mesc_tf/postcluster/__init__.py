@@ -91,7 +91,7 @@ import time
 from mesc_tf.config import check_post_method, check_seed
 from mesc_tf.errors import MescError
 from mesc_tf.postcluster.checks import (check_affinity_args, check_ratio, check_square,
-                                        check_variant)
+                                        check_variant, warn_if_unlinked)
 from mesc_tf.postcluster.fast import post_proC_fast, spectral_with_fallbacks
 from mesc_tf.postcluster.reference import affinity, post_proC, pretreat, spectral
 from mesc_tf.postcluster.thrc import thrC, thrC_reference, thrC_sparse
@@ -131,6 +131,7 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     if method == "reference":
         Cp = thrC_reference(C, thr) if thr < 1 else C.copy()
         t1 = time.perf_counter()
+        warn_if_unlinked(Cp, thr)
         L = affinity(Cp, K, subspace_dim, power, variant)
         del Cp
         t2 = time.perf_counter()
@@ -140,6 +141,7 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
         Cs = thrC_sparse(C, thr)
         timings["thrc_s"] = time.perf_counter() - t0
         info["thrc_density"] = Cs.nnz / float(C.shape[0]) ** 2
+        warn_if_unlinked(Cs, thr)
         labels = post_proC_fast(Cs, K, subspace_dim, power, variant, seed, info, timings)
         if method == "strict" and info.get("ill_posed"):
             info.update(fallback="reference affinity", svd="reference svds")

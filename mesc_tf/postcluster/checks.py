@@ -3,6 +3,8 @@ the problem and what to do."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -46,6 +48,20 @@ def check_square(C, where: str, name: str = "C") -> np.ndarray:
         raise MescError(f"{where}: {name}'s entries are too large (up to {big:.3g} in magnitude): "
                         f"its column sums or {name}ᵀ{name} would overflow; {hint}")
     return C
+
+
+def warn_if_unlinked(C, thr):
+    """Warn where thrC's C (dense or sparse) has no nonzero entry off its diagonal: it links no
+    two samples, so any labelling fits it equally (each route still returns one). A warning,
+    not an error, so that a long run keeps its other results. The warning points at
+    cluster's caller."""
+    nonzero = np.count_nonzero(C.data if sp.issparse(C) else C)
+    if nonzero > np.count_nonzero(C.diagonal()):
+        return
+    kept = "" if thr >= 1 else f" after thrC (thr {thr:g})"
+    warnings.warn(f"post-clustering: C has no nonzero entry off its diagonal{kept}, so it links "
+                  "no two samples and the labels are arbitrary; fine-tune longer, or check "
+                  "that C is a self-expression matrix", UserWarning, stacklevel=3)
 
 
 def _real(value) -> float | None:
