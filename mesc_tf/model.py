@@ -10,6 +10,10 @@
 
 Layer names follow the TF1 checkpoints: ``enc_0`` … ``enc_{L-1}`` from the input down, and
 ``dec_0`` … ``dec_{L-1}`` from the latent code up (``dec_0`` is the deepest decoder layer).
+
+Each class has a Keras config (registered as ``mesc_tf>ClassName``), so ``model.save("x.keras")``
+and ``keras.models.load_model`` work once this module is imported. The project's own ``.h5``
+auto-encoder files (:mod:`mesc_tf.weights`) stay the format of ``pretrained/``.
 """
 
 import keras
@@ -33,11 +37,18 @@ def transposed_output_padding(size_in, size_out):
     return None if all(p == 1 for p in pads) else pads
 
 
+def _serializable(cls):
+    return keras.saving.register_keras_serializable(package="mesc_tf")(cls)
+
+
+@_serializable
 class ConvAutoEncoder(keras.Model):
     """The convolutional auto-encoder of DSC-Net / MESC-Net for one Architecture."""
 
     def __init__(self, arch: Architecture, kernel_initializer="he_normal", **kwargs):
         super().__init__(**kwargs)
+        if isinstance(arch, dict):  # from_config
+            arch = Architecture.from_dict(arch)
         self.arch = arch
         if kernel_initializer == "truncated_normal":  # tf.truncated_normal(stddev=0.1), TF1 style
             kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.1)
@@ -84,17 +95,33 @@ class ConvAutoEncoder(keras.Model):
         self(tf.zeros((1, *self.arch.image_shape, 1)))
         return self
 
+    def build(self, input_shape=None):
+        # By shape, layer by layer: keras.models.load_model builds a model before it assigns
+        # the saved weights, and it has no input to call the model on.
+        shape = (None, *self.arch.image_shape, 1)
+        for layer in self.named_layers:
+            if not layer.built:
+                layer.build(shape)
+            shape = layer.compute_output_shape(shape)
+
     @property
     def named_layers(self):
         return self.encoder_layers + self.decoder_layers
 
+    def get_config(self):
+        initializer = self.encoder_layers[0].kernel_initializer
+        return {**super().get_config(), "arch": self.arch.to_dict(),
+                "kernel_initializer": keras.initializers.serialize(initializer)}
 
+
+@_serializable
 class SelfExpression(keras.layers.Layer):
     """Holds C (n×n) and returns C·Z: row i of C holds the coefficients of sample i."""
 
     def __init__(self, n_samples, coef_init=1e-4, **kwargs):
         super().__init__(**kwargs)
         self.n_samples = int(n_samples)
+        self.coef_init = float(coef_init)
         self.coef = self.add_weight(
             name="coef", shape=(self.n_samples, self.n_samples),
             initializer=keras.initializers.Constant(coef_init), trainable=True)
@@ -102,7 +129,11 @@ class SelfExpression(keras.layers.Layer):
     def call(self, z):
         return tf.matmul(self.coef, z)
 
+    def get_config(self):
+        return {**super().get_config(), "n_samples": self.n_samples, "coef_init": self.coef_init}
 
+
+@_serializable
 class MESCNet(keras.Model):
     """Auto-encoder + self-expression, trained on the whole dataset as one batch.
 
@@ -114,6 +145,10 @@ class MESCNet(keras.Model):
     def __init__(self, autoencoder: ConvAutoEncoder, n_samples: int, settings: Settings,
                  **kwargs):
         super().__init__(**kwargs)
+        if isinstance(autoencoder, dict):  # from_config
+            autoencoder = keras.saving.deserialize_keras_object(autoencoder)
+        if isinstance(settings, dict):
+            settings = Settings(**settings)
         self.autoencoder = autoencoder
         self.settings = settings
         self.self_expression = SelfExpression(n_samples, settings.coef_init, name="self_expression")
@@ -122,6 +157,14 @@ class MESCNet(keras.Model):
     @property
     def coef(self):
         return self.self_expression.coef
+
+    def build(self, input_shape=None):  # keras.models.load_model, before the saved weights
+        self.autoencoder.build()
+
+    def get_config(self):
+        return {**super().get_config(),
+                "autoencoder": keras.saving.serialize_keras_object(self.autoencoder),
+                "n_samples": self.self_expression.n_samples, "settings": self.settings.to_dict()}
 
     def call(self, x):
         """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
@@ -169,6 +212,7 @@ class MESCNet(keras.Model):
         return self.compute_terms(x)
 
 
+@_serializable
 class PretrainNet(keras.Model):
     """The auto-encoder alone, trained on ½Σ(x_r − x)² like every released pretraining graph.
 
@@ -180,10 +224,19 @@ class PretrainNet(keras.Model):
 
     def __init__(self, autoencoder: ConvAutoEncoder, **kwargs):
         super().__init__(**kwargs)
+        if isinstance(autoencoder, dict):  # from_config
+            autoencoder = keras.saving.deserialize_keras_object(autoencoder)
         self.autoencoder = autoencoder
+
+    def build(self, input_shape=None):  # keras.models.load_model, before the saved weights
+        self.autoencoder.build()
 
     def call(self, x):
         return self.autoencoder(x)
+
+    def get_config(self):
+        return {**super().get_config(),
+                "autoencoder": keras.saving.serialize_keras_object(self.autoencoder)}
 
     def train_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)

@@ -108,6 +108,7 @@ def tf1_beta_powers(beta: float) -> np.ndarray:
     return np.array(powers, np.float32)
 
 
+@keras.saving.register_keras_serializable(package="mesc_tf")  # for model.save / load_model
 class FusedAdam(keras.optimizers.Adam):
     """Keras Adam whose update is TF's fused ``ApplyAdam`` kernel, the one TF1's AdamOptimizer ran.
 

@@ -286,3 +286,45 @@ def test_autoencoder_refuses_images_of_another_size_and_takes_uint8():
     pixels = np.random.default_rng(0).integers(0, 256, (3, 8, 8, 1), dtype=np.uint8)
     np.testing.assert_array_equal(ae.encode(pixels).numpy(),
                                   ae.encode(pixels.astype(np.float32)).numpy())
+
+
+@pytest.mark.parametrize("framework", ["decoupled", "coupled"])
+def test_keras_save_and_load_model_continue_training_alike(tmp_path, framework):
+    """model.save("x.keras") / keras.models.load_model, as Keras users expect: the models
+    have configs (registered as mesc_tf>…), and a loaded MESCNet holds the same C, settings
+    and Adam state (epsilon, step count, slots), so its next step is the original's."""
+    import keras
+
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam, full_batch
+
+    model, x = tiny_mescnet(6, framework=framework, lr=1e-3)
+    model.compile(optimizer=adam(1e-3))
+    model.fit(full_batch(x), epochs=2, steps_per_epoch=1, verbose=0, shuffle=False)
+    model.save(tmp_path / "net.keras")
+    loaded = keras.models.load_model(tmp_path / "net.keras")
+    assert type(loaded) is MESCNet and loaded.settings == model.settings
+    assert loaded.autoencoder.arch == TINY
+    assert loaded.optimizer.epsilon == model.optimizer.epsilon
+    assert int(loaded.optimizer.iterations) == 2
+    np.testing.assert_array_equal(loaded.coef.numpy(), model.coef.numpy())
+    for m in (model, loaded):
+        m.fit(full_batch(x), epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+    np.testing.assert_array_equal(loaded.coef.numpy(), model.coef.numpy())
+    for a, b in zip(model.autoencoder.weights, loaded.autoencoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+    # The auto-encoder alone, with an odd-sized activation (output_padding) and TF1's
+    # truncated-normal initialiser, which its config keeps.
+    ae = ConvAutoEncoder(get_config("eyaleb").arch,
+                         kernel_initializer="truncated_normal").build_for_input()
+    ae.save(tmp_path / "ae.keras")
+    back = keras.models.load_model(tmp_path / "ae.keras")
+    assert back.arch == ae.arch
+    assert back.encoder_layers[0].kernel_initializer.get_config()["stddev"] == 0.1
+    images = np.random.default_rng(1).random((2, 48, 42, 1), dtype=np.float32)
+    np.testing.assert_array_equal(back(images).numpy(), ae(images).numpy())
+    pretrain = PretrainNet(ae)
+    pretrain(images)
+    pretrain.save(tmp_path / "pre.keras")
+    assert keras.models.load_model(tmp_path / "pre.keras").autoencoder.arch == ae.arch
