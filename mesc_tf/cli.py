@@ -1,7 +1,8 @@
 """Shared pieces of the command-line scripts in ``experiments/``.
 
 Bad input ends in one line on stderr (``error: what, where, what to do``) and exit status 2,
-never a traceback; a run that was started and fails leaves nothing half-written.
+never a traceback; a run that was started and fails leaves nothing half-written. The project's
+warnings (MescWarning) are one ``warning:`` line each, and the run goes on.
 """
 
 import argparse
@@ -12,10 +13,11 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS, check_seed
-from mesc_tf.errors import MescError, one_line
+from mesc_tf.errors import MescError, MescWarning, one_line
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -245,7 +247,9 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     previous = (signal.signal(signal.SIGTERM, _raise_terminated)
                 if threading.current_thread() is threading.main_thread() else None)
     try:
-        return main()
+        with warnings.catch_warnings():  # restores showwarning afterwards
+            warnings.showwarning = _one_line_warning(warnings.showwarning)
+            return main()
     except (MescError, OSError) as e:
         if isinstance(e, MescError) or not (e.strerror and e.filename):
             message = str(e)
@@ -281,6 +285,19 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line_warning(show):
+    """warnings.showwarning that prints a MescWarning as ``warning: <message>`` (its
+    source line would only show the warnings.warn call) and hands others to ``show``."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, MescWarning):
+            (file or sys.stderr).write(f"warning: {' '.join(str(message).split())}\n")
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 def _remove(paths):

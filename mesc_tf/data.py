@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from mesc_tf.config import get_config, is_whole
-from mesc_tf.errors import MescError, one_line
+from mesc_tf.errors import MescError, MescWarning, one_line
 from mesc_tf.files import as_path
 
 ENV_VAR = "MESC_DATA_DIR"
@@ -237,7 +237,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
         warnings.warn(f"{where}: {100 * negative / x.size:.3g}% of the pixels are negative, but "
                       "the auto-encoder ends in a ReLU (as the released code's does) and "
                       "reconstructs only values >= 0; shift the images to be non-negative, "
-                      "e.g. scale them to [0, 1]", UserWarning, stacklevel=stacklevel)
+                      "e.g. scale them to [0, 1]", MescWarning, stacklevel=stacklevel)
     return x[..., None]
 
 
@@ -290,7 +290,7 @@ def _load_coil(root: _Root, name: str) -> Dataset:
     if x.size and float(np.max(x)) <= 1.0:
         warnings.warn(f"{path}: fea is in [0, 1], but the authors' COIL40/COIL100 auto-encoders "
                       "were trained on the standard file's 0..255; multiply by 255 to use them "
-                      "(--tf1-checkpoint original)", UserWarning, stacklevel=2)
+                      "(--tf1-checkpoint original)", MescWarning, stacklevel=2)
     return _dataset(name, x[:n], _relabel(gnd[:n]), [path])
 
 

@@ -6,11 +6,18 @@ says what is wrong, where, and what to do. The command-line entry points catch i
 ``error: <message>`` to stderr and exit with status 2, so a user never sees a traceback for
 bad input. Library users get a normal exception (it subclasses ``ValueError``, as scikit-learn
 users expect for bad arguments).
+
+Input that is usable but suspect (negative pixels, a C that links no samples) gives a
+:class:`MescWarning` instead, which the command-line scripts print as one ``warning:`` line.
 """
 
 
 class MescError(ValueError):
     """A user-facing error: the message is one line: what, where, what to do."""
+
+
+class MescWarning(UserWarning):
+    """A user-facing warning, one line like a MescError's; the run goes on."""
 
 
 def one_line(e: BaseException, limit=300) -> str:

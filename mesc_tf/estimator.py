@@ -31,7 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 from mesc_tf.config import (Architecture, Pretrain, Settings, check_post_method, check_seed,
                             get_config, is_whole, pretrain_problem)
 from mesc_tf.data import validate_images
-from mesc_tf.errors import MescError, one_line
+from mesc_tf.errors import MescError, MescWarning, one_line
 
 _PICKLED_AE = "__mesc_tf_autoencoder__"
 # The Pretrain fields the estimator exposes, by their parameter names.
@@ -317,7 +317,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                               post_method=self.post_method)
         note = pipeline.empty_clusters_note(result["postcluster"], k)
         if note:
-            warnings.warn(f"MESCClustering: {note}", UserWarning, stacklevel=2)
+            warnings.warn(f"MESCClustering: {note}", MescWarning, stacklevel=2)
 
         self.labels_ = np.asarray(result["labels"], dtype=np.int64)
         self.coef_ = np.asarray(result["coef"], dtype=np.float32)

@@ -357,6 +357,27 @@ def test_subprocess_errors_have_no_traceback(files, tmp_path):
         assert not out.exists()
 
 
+def test_main_guard_prints_the_projects_warnings_as_one_line(capsys):
+    """A MescWarning is one 'warning:' line (not Python's file:line header and source line);
+    other warnings keep Python's format; the run goes on; showwarning is restored after."""
+    import warnings
+
+    from mesc_tf.errors import MescWarning
+
+    before = warnings.showwarning
+
+    def main():
+        warnings.warn("C links\n no two samples", MescWarning, stacklevel=2)
+        warnings.warn("someone else's", UserWarning, stacklevel=2)
+        return "done"
+
+    with pytest.warns(UserWarning) as record:  # where Python's own display goes in pytest
+        assert cli.main_guard(main) == "done"
+    assert capsys.readouterr().err == "warning: C links no two samples\n"
+    assert [str(w.message) for w in record] == ["someone else's"]
+    assert warnings.showwarning is before
+
+
 def test_main_guard_cleanup(tmp_path, capsys):
     """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug
     keeps its traceback (after the same cleanup)."""

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mesc_tf.config import VARIANTS
-from mesc_tf.errors import MescError, one_line
+from mesc_tf.errors import MescError, MescWarning, one_line
 
 
 def check_square(C, where: str, name: str = "C") -> np.ndarray:
@@ -61,7 +61,7 @@ def warn_if_unlinked(C, thr):
     kept = "" if thr >= 1 else f" after thrC (thr {thr:g})"
     warnings.warn(f"post-clustering: C has no nonzero entry off its diagonal{kept}, so it links "
                   "no two samples and the labels are arbitrary; fine-tune longer, or check "
-                  "that C is a self-expression matrix", UserWarning, stacklevel=3)
+                  "that C is a self-expression matrix", MescWarning, stacklevel=3)
 
 
 def _real(value) -> float | None:
