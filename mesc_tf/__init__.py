@@ -1,10 +1,11 @@
 """MESC-Net and DSC-Net in TensorFlow 2 / Keras 3.
 
 The public entry points: :class:`MESCClustering` (the scikit-learn estimator),
-:func:`load_dataset`, :func:`get_config`, :func:`load_autoencoder` and
-:func:`save_autoencoder`. Everything else lives in the submodules (``mesc_tf.model``,
-``mesc_tf.pipeline``, ``mesc_tf.postcluster``, ...). TensorFlow is imported on first use, and
-scikit-learn when MESCClustering is first asked for, so the command-line scripts start fast.
+:func:`load_dataset`, :func:`get_config`, :func:`load_autoencoder`, :func:`save_autoencoder`,
+and the error and warning types :class:`MescError` and :class:`MescWarning`. Everything else
+lives in the submodules (``mesc_tf.model``, ``mesc_tf.pipeline``, ``mesc_tf.postcluster``, ...).
+TensorFlow is imported on first use, and scikit-learn when MESCClustering is first asked for,
+so the command-line scripts start fast.
 
 Importing the package sets two process-wide memory options before TensorFlow allocates
 anything (so that MNIST-10k runs end to end in ≤ 4 GB; each is skipped if already set):
@@ -37,11 +38,11 @@ _limit_malloc_arenas()
 
 from mesc_tf.config import get_config  # noqa: E402  (after the memory options)
 from mesc_tf.data import load_dataset  # noqa: E402
-from mesc_tf.errors import MescError  # noqa: E402
+from mesc_tf.errors import MescError, MescWarning  # noqa: E402
 from mesc_tf.weights import load_autoencoder, save_autoencoder  # noqa: E402
 
-__all__ = ["MESCClustering", "MescError", "get_config", "load_autoencoder", "load_dataset",
-           "save_autoencoder"]
+__all__ = ["MESCClustering", "MescError", "MescWarning", "get_config", "load_autoencoder",
+           "load_dataset", "save_autoencoder"]
 __version__ = "0.1.0"
 
 

@@ -126,8 +126,9 @@ def test_tags_say_clusterer_of_images():
 
 
 def test_package_exports():
-    assert set(mesc_tf.__all__) == {"MESCClustering", "MescError", "get_config",
+    assert set(mesc_tf.__all__) == {"MESCClustering", "MescError", "MescWarning", "get_config",
                                     "load_autoencoder", "load_dataset", "save_autoencoder"}
+    assert all(hasattr(mesc_tf, name) for name in mesc_tf.__all__)
     with pytest.raises(ImportError, match="MESCClustering .*mesc_tf.model.MESCNet"):
         from mesc_tf import MESCNet  # noqa: F401
     assert "MESCClustering" in dir(mesc_tf)
