@@ -112,7 +112,7 @@ def run_dataset(name, args, results):
     return d, records
 
 
-def summarise(name, d, records):
+def summarise(d, records):
     rows = {}
     for idx, recs in records.items():
         acc = common.mean_std([r["metrics"]["acc"] for r in recs])
@@ -221,7 +221,7 @@ def main(argv=None):
     summary = {}
     for name in args.datasets:
         d, records = run_dataset(name, args, results)
-        summary[name] = summarise(name, d, records)
+        summary[name] = summarise(d, records)
     md = markdown(summary, args)
     png = figure(summary, args, results.dir / "ablation.png")
     results.finish({"datasets": summary, "paper": PAPER}, md, [png])

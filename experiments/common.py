@@ -376,7 +376,7 @@ def check_sources(args, datasets):
             raise MescError(f"{name}: {e}") from None
 
 
-def load_autoencoder(name: str, src: dict, seed: int):
+def autoencoder_for_run(name: str, src: dict, seed: int):
     """(auto-encoder, pretraining seconds or None) for one run; seeds the runtime first so that
     a he_normal start is reproducible. A new auto-encoder per run: fine-tuning changes it."""
     from mesc_tf import pipeline
@@ -429,7 +429,7 @@ def train(d: Data, settings, src: dict, args, seed: int, inspect=None) -> Traine
     runs on the trained model first (e.g. to encode the data); its value is ``extra``."""
     from mesc_tf import pipeline
 
-    ae, pre_s = load_autoencoder(d.name, src, seed)
+    ae, pre_s = autoencoder_for_run(d.name, src, seed)
     model, history, ft_s = pipeline.fine_tune(d.x, settings, ae, verbose=0 if args.quiet else 1)
     out = Trained(model.coef.numpy(), history, ft_s, pre_s,
                   int(model.optimizer.iterations.numpy()),
@@ -446,15 +446,17 @@ def method_spec(d: Data, method: str, settings, src: dict, args) -> dict:
 
 
 def cluster_seeds(coef, d: Data, settings, seeds, keep_labels=False) -> list[dict]:
-    """pipeline.cluster with each seed, scored against d.y."""
+    """pipeline.cluster with each seed, scored against d.y, with what post-clustering did
+    (solvers, ill-posed spectral steps, clusters found)."""
     from mesc_tf import pipeline
     from mesc_tf.metrics import evaluate
 
     out = []
     for seed in seeds:
         t0 = time.perf_counter()
-        labels, timings = pipeline.cluster(coef, d.n_clusters, settings, seed=seed)
-        rec = {"seed": seed, "metrics": evaluate(d.y, labels),
+        info = {}
+        labels, timings = pipeline.cluster(coef, d.n_clusters, settings, seed=seed, info=info)
+        rec = {"seed": seed, "metrics": evaluate(d.y, labels), "postcluster": info,
                "post_s": time.perf_counter() - t0, **timings}
         if keep_labels:
             rec["labels"] = labels.tolist()

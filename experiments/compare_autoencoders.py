@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/table.py
 
 from experiments import common  # noqa: E402
 from mesc_tf import cli, files, provenance  # noqa: E402
-from mesc_tf.config import DATASETS, METHODS  # noqa: E402
+from mesc_tf.config import DATASETS, METHODS, POST_FIELDS  # noqa: E402
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
 
 def parse_args(argv=None):
@@ -126,7 +126,7 @@ def diagnostics_key(dataset, tf1_prefix, seeds):
     return {"ours": sweep.resolve_autoencoder(dataset).sha256,
             "original": sweep.resolve_autoencoder(dataset, tf1_checkpoint=tf1_prefix).sha256,
             "seeds": list(seeds), "lsr_lambdas": list(LSR_LAMBDAS),
-            "post": {k: getattr(s, k) for k in ("thr", "subspace_dim", "power", "variant")}}
+            "post": {k: getattr(s, k) for k in POST_FIELDS}}
 
 
 def render_md(summary) -> str:

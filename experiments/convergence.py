@@ -114,7 +114,7 @@ def figure(summary, path):
     return common.save_figure(fig, path)
 
 
-def markdown(summary, skipped, args):
+def markdown(summary, skipped):
     lines = ["# Convergence (paper figure: convergence curves)", "",
              "| dataset | images | auto-encoder | steps | first loss | last loss | "
              "above the first loss in steps 2-6 | steps until within 1% of the loss's range "
@@ -154,7 +154,7 @@ def main(argv=None):
                                "set --data-dir or MESC_DATA_DIR")
     common.check_sources(args, list(loaded))  # every auto-encoder before any training
     summary = {name: run_dataset(d, args, results) for name, d in loaded.items()}
-    md = markdown(summary, skipped, args)
+    md = markdown(summary, skipped)
     png = figure(summary, results.dir / "convergence.png")
     results.finish({"datasets": summary, "skipped": skipped}, md, [png])
     return summary

@@ -118,7 +118,7 @@ def main(argv=None, cleanup=None):
     from mesc_tf import data, pipeline, released_graph
     from mesc_tf.config import get_config, method_settings
     from mesc_tf.errors import MescError
-    from mesc_tf.sweep import TRAIN_FIELDS
+    from mesc_tf.config import TRAIN_FIELDS
 
     cfg = get_config(args.dataset)
     settings = cli.settings_from_args(method_settings(args.dataset, args.method), args)

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from mesc_tf import cli, files, provenance  # noqa: E402
-from mesc_tf.config import METHODS, POST_METHODS  # noqa: E402
+from mesc_tf.config import METHODS, POST_FIELDS, POST_METHODS  # noqa: E402
 from mesc_tf.files import read_backup_state  # noqa: E402
 
 
@@ -169,7 +169,7 @@ def _run_identity(args, settings):
     post-clustering settings (they act on the C that training gives), nor the seed unless
     training started from fresh weights (see _check_checkpoint)."""
     s = settings.to_dict()
-    for name in ("epochs", "thr", "subspace_dim", "power", "variant"):
+    for name in ("epochs", *POST_FIELDS):
         s.pop(name)
     absolute = lambda p: str(Path(p).absolute()) if p else None  # noqa: E731
     return {"dataset": args.dataset, "seed": args.seed, "weights": absolute(_weights_file(args)),

@@ -189,8 +189,7 @@ def _pct(values):
     from mesc_tf import sweep
 
     st = sweep.stats(values)
-    std = st["std"] if st["n"] > 1 else None  # one seed: no spread to show
-    return st, common.pm(st["mean"], std), 100 * st["median"]
+    return st, common.pm(st["mean"], st["std"]), 100 * st["median"]
 
 
 def render_md(table, invocation) -> str:

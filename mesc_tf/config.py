@@ -114,6 +114,16 @@ class Architecture:
         return cls(*(d[key] for key in keys))
 
 
+def _replace(config, changes, what):
+    """dataclasses.replace for the settings dataclasses: unknown names are a MescError, and
+    None means "unchanged" (an unset command-line option)."""
+    names = [f.name for f in dataclasses.fields(config)]
+    unknown = sorted(set(changes) - set(names))
+    if unknown:
+        raise MescError(f"unknown {what} {', '.join(unknown)}; the {what}s are {', '.join(names)}")
+    return dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
+
+
 def _sequence(value, name, what) -> tuple:
     """``value`` as a tuple, for Architecture's fields; a MescError for a number or a string."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
@@ -168,14 +178,19 @@ class Settings:
 
     def replace(self, **changes) -> "Settings":
         """A copy with some fields changed (``None`` values are ignored)."""
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise MescError(f"unknown setting {', '.join(unknown)}; the settings are "
-                            f"{', '.join(f.name for f in dataclasses.fields(self))}")
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        return _replace(self, changes, "setting")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# Settings that change the fine-tuning (each but epochs needs its own training; the step counts
+# of one training share it) ...
+TRAIN_FIELDS = ("framework", "regularizer", "reg1", "reg2", "lr", "epochs", "coef_init",
+                "recon_scale")
+# ... and those that only change the clustering of the trained C.
+POST_FIELDS = ("thr", "subspace_dim", "power", "variant")
+assert {f.name for f in dataclasses.fields(Settings)} == {*TRAIN_FIELDS, *POST_FIELDS}
 
 
 def encoder_sizes(arch: Architecture):
@@ -251,7 +266,8 @@ class Pretrain:
                 raise MescError(f"{_flag(name)} must be {need}, got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> "Pretrain":
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with some fields changed (``None`` values are ignored)."""
+        return _replace(self, changes, "pretraining setting")
 
 
 @dataclass(frozen=True)

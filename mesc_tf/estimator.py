@@ -28,8 +28,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from mesc_tf.config import (Architecture, Pretrain, Settings, check_post_method, check_seed,
-                            get_config, is_whole, pretrain_problem)
+from mesc_tf.config import (POST_METHODS, Architecture, Pretrain, Settings, check_post_method,
+                            check_seed, get_config, is_whole, pretrain_problem)
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError, MescWarning, one_line
 
@@ -147,7 +147,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                  lr=Settings.lr, epochs=Settings.epochs, coef_init=Settings.coef_init,
                  recon_scale=Settings.recon_scale, thr=Settings.thr,
                  subspace_dim=Settings.subspace_dim, power=Settings.power,
-                 variant=Settings.variant, post_method="fast", kernels=None, channels=None,
+                 variant=Settings.variant, post_method=POST_METHODS[0], kernels=None, channels=None,
                  weights=None,
                  pretrain_lr=Pretrain.lr, pretrain_steps=Pretrain.max_steps,
                  pretrain_patience=Pretrain.patience, pretrain_min_delta=Pretrain.min_delta,

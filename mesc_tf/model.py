@@ -41,12 +41,28 @@ def _serializable(cls):
     return keras.saving.register_keras_serializable(package="mesc_tf")(cls)
 
 
+def _require_float32(model):
+    """The models run in float32, the released graphs' precision: under a mixed policy the loss
+    would mix float16 and float32 tensors, and C's entropy needs float32's range anyway."""
+    for policy in (model.dtype_policy, keras.config.dtype_policy()):
+        if policy.name != "float32":
+            raise MescError(f"{type(model).__name__} runs in float32 (the released graphs' "
+                            f"precision), but Keras' dtype policy is {policy.name!r}: call "
+                            "keras.config.set_dtype_policy('float32') before making the model")
+
+
+def _is_array(x):
+    """An in-memory array (NumPy, TF tensor, ...), for which fit and co. take batch_size."""
+    return x is not None and hasattr(x, "shape") and not isinstance(x, tf.data.Dataset)
+
+
 @_serializable
 class ConvAutoEncoder(keras.Model):
     """The convolutional auto-encoder of DSC-Net / MESC-Net for one Architecture."""
 
     def __init__(self, arch: Architecture, kernel_initializer="he_normal", **kwargs):
         super().__init__(**kwargs)
+        _require_float32(self)
         if isinstance(arch, dict):  # from_config
             arch = Architecture.from_dict(arch)
         self.arch = arch
@@ -72,6 +88,9 @@ class ConvAutoEncoder(keras.Model):
     def encode(self, x):
         # The convolutions take any size, and the decoder would return another than the input's.
         shape = tuple(x.shape)
+        if len(shape) == 3 and shape[1:] == tuple(self.arch.image_shape):
+            raise MescError(f"images of shape {shape[1:]} have no channel axis; give "
+                            f"x[..., None], an (n, {', '.join(map(str, shape[1:]))}, 1) array")
         if len(shape) != 4 or shape[3] != 1 or (
                 None not in shape[1:3] and shape[1:3] != tuple(self.arch.image_shape)):
             raise MescError(f"images of shape {shape[1:]} given to an auto-encoder made for "
@@ -125,6 +144,7 @@ class SelfExpression(keras.layers.Layer):
         self.coef = self.add_weight(
             name="coef", shape=(self.n_samples, self.n_samples),
             initializer=keras.initializers.Constant(coef_init), trainable=True)
+        self.built = True  # C is all there is
 
     def call(self, z):
         return tf.matmul(self.coef, z)
@@ -133,33 +153,122 @@ class SelfExpression(keras.layers.Layer):
         return {**super().get_config(), "n_samples": self.n_samples, "coef_init": self.coef_init}
 
 
+class _OwnLossModel(keras.Model):
+    """What MESCNet and PretrainNet share: the loss is their own (``train_step``), so compile
+    takes no loss or metrics and training no sample weights; they run in float32 and are
+    built on construction (the auto-encoder builds by shape), so BackupAndRestore,
+    ``save_weights`` and ``summary`` work before the first call."""
+
+    def __init__(self, autoencoder, **kwargs):
+        super().__init__(**kwargs)
+        _require_float32(self)
+        if isinstance(autoencoder, dict):  # from_config
+            autoencoder = keras.saving.deserialize_keras_object(autoencoder)
+        self.autoencoder = autoencoder
+
+    def build(self, input_shape=None):
+        self.autoencoder.build()
+
+    def compile(self, optimizer="rmsprop", **kwargs):
+        given = [k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
+                 if kwargs.get(k) is not None]
+        if given:
+            raise MescError(f"{type(self).__name__} trains on its own loss and logs its terms; "
+                            f"compile takes no {', '.join(given)}")
+        if kwargs.get("jit_compile") is True:
+            from tensorflow.python.framework.config import is_op_determinism_enabled
+
+            if is_op_determinism_enabled():  # Keras would warn and compile without XLA
+                raise MescError("jit_compile=True under TF's op determinism, where Keras "
+                                "compiles nothing with XLA: call mesc_tf.training."
+                                "configure_runtime(deterministic=False) first")
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def compile_from_config(self, config):
+        # Keras' own skips the compile of a model that overrides compile (load_model).
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        self.optimizer.build(self.trainable_variables)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, **kwargs):
+        if kwargs.get("sample_weight") is not None or kwargs.get("class_weight") is not None:
+            raise self._weights_refused()
+        if not _is_array(x):  # Keras ignores shuffle for a dataset, but warns if it is True
+            kwargs.setdefault("shuffle", False)
+        steps, per_call = kwargs.get("steps_per_epoch"), getattr(self, "steps_per_execution", 1)
+        if steps and per_call > 1 and steps % per_call:
+            # Keras runs whole executions: on a repeated dataset, steps_per_epoch 1 with
+            # steps_per_execution 3 makes 3 steps per epoch.
+            ran = -(-steps // per_call) * per_call
+            raise MescError(f"steps_per_epoch {steps} is not a multiple of "
+                            f"steps_per_execution {per_call}: Keras runs whole executions, "
+                            f"{ran} steps per epoch here; make it a multiple")
+        return super().fit(x, y, batch_size, epochs, **kwargs)
+
+    def _images(self, data):
+        """The images of a batch as float32 (uint8 pixels, say), refusing sample weights."""
+        x, _, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if sample_weight is not None:
+            raise self._weights_refused()
+        return tf.cast(x, self.compute_dtype)
+
+    def _weights_refused(self):
+        return MescError(f"{type(self).__name__} weighs every sample alike; it takes no "
+                         "sample_weight or class_weight")
+
+
 @_serializable
-class MESCNet(keras.Model):
+class MESCNet(_OwnLossModel):
     """Auto-encoder + self-expression, trained on the whole dataset as one batch.
 
-    ``fit(x)`` with the dataset as a single repeated batch runs one Adam step per epoch; the
-    loss terms are logged as ``recon`` (with its ``recon_scale``, which the released graphs
+    ``fit(x)`` runs one Adam step per epoch on the n images of ``x`` as one batch, in their
+    order (row i of C is sample i), so ``fit``, ``evaluate`` and ``predict`` take an array's
+    batch_size as n and fit does not shuffle it; a dataset must yield the n images in order
+    (``training.full_batch``). The settings are fixed at construction. The loss terms are logged as ``recon`` (with its ``recon_scale``, which the released graphs
     build into the term), ``reg`` and ``selfexp`` (without reg1, reg2) and ``loss``.
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, n_samples: int, settings: Settings,
                  **kwargs):
-        super().__init__(**kwargs)
-        if isinstance(autoencoder, dict):  # from_config
-            autoencoder = keras.saving.deserialize_keras_object(autoencoder)
-        if isinstance(settings, dict):
+        super().__init__(autoencoder, **kwargs)
+        if isinstance(settings, dict):  # from_config
             settings = Settings(**settings)
-        self.autoencoder = autoencoder
-        self.settings = settings
+        self._settings = settings
         self.self_expression = SelfExpression(n_samples, settings.coef_init, name="self_expression")
-        self._regularizer = losses.REGULARIZERS[settings.regularizer]
+        self.build()
+
+    @property
+    def settings(self) -> Settings:
+        """Read-only: a compiled step keeps the loss it was traced with."""
+        return self._settings
 
     @property
     def coef(self):
         return self.self_expression.coef
 
-    def build(self, input_shape=None):  # keras.models.load_model, before the saved weights
-        self.autoencoder.build()
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, **kwargs):
+        if _is_array(x):
+            if kwargs.get("shuffle"):
+                raise MescError("MESCNet cannot shuffle its samples (row i of C is sample i); "
+                                "fit with shuffle=False, its default here")
+            kwargs["shuffle"] = False
+            batch_size = self._full_batch(x, batch_size)
+        return super().fit(x, y, batch_size, epochs, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        batch_size = self._full_batch(x, batch_size) if _is_array(x) else batch_size
+        return super().evaluate(x, y, batch_size, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        batch_size = self._full_batch(x, batch_size) if _is_array(x) else batch_size
+        return super().predict(x, batch_size, **kwargs)
+
+    def _full_batch(self, x, batch_size):
+        n = self.self_expression.n_samples
+        if len(x) != n or batch_size not in (None, n):
+            raise MescError(f"this MESCNet is made for {n} samples, taken as one batch; got "
+                            f"{len(x)} samples with batch_size {batch_size}: give all {n}, in "
+                            "their order, with batch_size None or n")
+        return n
 
     def get_config(self):
         return {**super().get_config(),
@@ -170,6 +279,7 @@ class MESCNet(keras.Model):
         """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
         z_hat = self.autoencoder.encode(x)
         z = tf.reshape(z_hat, (tf.shape(z_hat)[0], -1))
+        self._check_batch(z)
         cz = self.self_expression(z)
         if self.settings.framework == "coupled":
             x_rec = self.autoencoder.decode(tf.reshape(cz, tf.shape(z_hat)))
@@ -177,23 +287,32 @@ class MESCNet(keras.Model):
             x_rec = self.autoencoder.decode(z_hat)
         return x_rec, z, cz
 
+    def _check_batch(self, z):
+        n = self.self_expression.n_samples
+        message = (f"this MESCNet is made for {n} samples, taken as one batch (row i of C is "
+                   "sample i); train it on all of them, in order, as one batch")
+        if z.shape[0] is None:  # known only when the step runs
+            tf.debugging.assert_equal(tf.shape(z)[0], n, message=message)
+        elif z.shape[0] != n:
+            raise MescError(f"{message}; got a batch of {z.shape[0]}")
+
     def compute_terms(self, x):
         """The loss terms (reg and selfexp without reg1, reg2) and the weighted total, as in
         the released graph."""
         s = self.settings
+        x = tf.cast(x, self.compute_dtype)
         x_rec, z, cz = self(x, training=True)
         terms = {
             "recon": losses.reconstruction(x, x_rec, s.recon_scale),
-            "reg": self._regularizer(self.coef),
+            "reg": losses.REGULARIZERS[s.regularizer](self.coef),
             "selfexp": losses.self_expression(z, cz),
         }
         terms["loss"] = terms["recon"] + s.reg1 * terms["reg"] + s.reg2 * terms["selfexp"]
         return terms
 
     def train_step(self, data):
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
-            terms = self.compute_terms(x)
+            terms = self.compute_terms(self._images(data))
         grads = tape.gradient(terms["loss"], self.trainable_variables)
         # Update only once every gradient and every logged term exists. Otherwise TF may run
         # C's update while an op still holds a read of C (the backward pass's Cᵀ·∂L/∂(CZ), or a
@@ -208,12 +327,11 @@ class MESCNet(keras.Model):
         return terms
 
     def test_step(self, data):
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        return self.compute_terms(x)
+        return self.compute_terms(self._images(data))
 
 
 @_serializable
-class PretrainNet(keras.Model):
+class PretrainNet(_OwnLossModel):
     """The auto-encoder alone, trained on ½Σ(x_r − x)² like every released pretraining graph.
 
     Logs ``recon`` (the loss) and ``rel_err`` = ‖x_r − x‖/‖x‖, the stopping criterion, both
@@ -223,13 +341,8 @@ class PretrainNet(keras.Model):
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, **kwargs):
-        super().__init__(**kwargs)
-        if isinstance(autoencoder, dict):  # from_config
-            autoencoder = keras.saving.deserialize_keras_object(autoencoder)
-        self.autoencoder = autoencoder
-
-    def build(self, input_shape=None):  # keras.models.load_model, before the saved weights
-        self.autoencoder.build()
+        super().__init__(autoencoder, **kwargs)
+        self.build()
 
     def call(self, x):
         return self.autoencoder(x)
@@ -239,7 +352,7 @@ class PretrainNet(keras.Model):
                 "autoencoder": keras.saving.serialize_keras_object(self.autoencoder)}
 
     def train_step(self, data):
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        x = self._images(data)
         with tf.GradientTape() as tape:
             recon = losses.reconstruction(x, self(x, training=True), 0.5)
         grads = tape.gradient(recon, self.trainable_variables)

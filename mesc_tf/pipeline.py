@@ -190,7 +190,6 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     starting weights where they reconstruct better than the best step's (``best_step`` 0).
     """
     import keras
-    import tensorflow as tf
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
     from mesc_tf.training import (StartingPoint, StopAtTarget, channel_activity, dead_channels,
@@ -199,7 +198,6 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
     net = PretrainNet(ae)
-    net(tf.convert_to_tensor(x[:1], tf.float32))
     early = keras.callbacks.EarlyStopping(
         monitor="rel_err", mode="min", min_delta=schedule.min_delta, patience=schedule.patience,
         restore_best_weights=True)  # restores its best at the end, whatever stopped training
@@ -257,12 +255,9 @@ def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, ba
         raise MescError("--jit with the nuclear-norm regulariser: XLA compiles its SVD into a "
                         "loop hundreds of times slower on the CPU; run without --jit")
     from mesc_tf.model import MESCNet
-    import tensorflow as tf
-
     from mesc_tf.training import fit_steps
 
-    model = MESCNet(autoencoder, len(x), settings)
-    model(tf.convert_to_tensor(x, tf.float32))  # create C (n×n) before fit, for backups
+    model = MESCNet(autoencoder, len(x), settings)  # built: C exists before fit, for backups
     history, seconds = fit_steps(
         model, x, settings.epochs, settings.lr, verbose=verbose, log_dir=log_dir,
         backup_dir=backup_dir, checkpoint_every=checkpoint_every, jit_compile=jit_compile,
@@ -270,16 +265,23 @@ def fine_tune(x, settings: Settings, autoencoder, *, verbose=1, log_dir=None, ba
     return model, history, seconds
 
 
-def cluster(coef, n_clusters: int, settings: Settings, seed=0, method=None, info=None):
+def cluster(coef, n_clusters: int, settings: Settings, seed=0, post_method=None, info=None):
     """thrC + post_proC + spectral clustering on C. Returns (labels 0..K-1, timings dict).
 
-    ``method`` and ``info`` as in :func:`mesc_tf.postcluster.cluster` ("fast" by default;
-    ``info`` receives the solvers used and ``ill_posed`` on the fast and strict routes; on the
-    reference route, ``method`` only)."""
-    return postcluster.cluster(np.asarray(coef), n_clusters, thr=settings.thr,
-                               subspace_dim=settings.subspace_dim, power=settings.power,
-                               variant=settings.variant, seed=seed, return_timings=True,
-                               method=method, info=info)
+    ``post_method`` is :func:`mesc_tf.postcluster.cluster`'s ``method`` (the route, "fast" by
+    default), and ``info`` as there (the solvers used and ``ill_posed`` on the fast and strict
+    routes; on the reference route, ``method`` only) with ``clusters_found``, the number of
+    non-empty clusters (:func:`empty_clusters_note`); a figure that is not finite becomes None
+    (JSON)."""
+    info = {} if info is None else info
+    labels, timings = postcluster.cluster(
+        np.asarray(coef), n_clusters, thr=settings.thr, subspace_dim=settings.subspace_dim,
+        power=settings.power, variant=settings.variant, seed=seed, return_timings=True,
+        method=post_method, info=info)
+    info["clusters_found"] = int(np.unique(labels).size)  # discretize can leave clusters empty
+    info.update({k: None for k, v in info.items()  # the gaps of K = 1
+                 if isinstance(v, float) and not np.isfinite(v)})
+    return labels, timings
 
 
 def empty_clusters_note(info, n_clusters):
@@ -314,12 +316,9 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
     gc.collect()
     start = time.perf_counter()
     info = {}
-    labels, post_timings = cluster(coef, n_clusters, settings, seed=seed, method=post_method,
-                                   info=info)
+    labels, post_timings = cluster(coef, n_clusters, settings, seed=seed,
+                                   post_method=post_method, info=info)
     post_s = time.perf_counter() - start
-    info["clusters_found"] = int(np.unique(labels).size)  # discretize can leave clusters empty
-    info = {k: None if isinstance(v, float) and not np.isfinite(v) else v  # JSON-safe (K = 1)
-            for k, v in info.items()}
     return {
         "coef": coef,
         "labels": labels,

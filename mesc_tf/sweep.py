@@ -7,16 +7,17 @@ score. Trials are not run one by one; they are grouped so that each fine-tuning 
 * **Post-clustering settings and seeds share one C.** Fine-tuning from a pretrained auto-encoder
   is deterministic (C starts at the constant ``coef_init``, full-batch Adam has no randomness,
   op determinism is on), so every trial that differs only in the post-clustering fields
-  (:data:`POST_FIELDS`: thr, subspace_dim, power, variant) or in the seed (which only seeds the
-  spectral clustering) is clustered from the same trained C. Only with ``--no-pretrain`` does the
-  seed change the training (he_normal initialisation), and then each seed is trained once.
+  (:data:`mesc_tf.config.POST_FIELDS`: thr, subspace_dim, power, variant) or in the seed
+  (which only seeds the spectral clustering) is clustered from the same trained C. Only with
+  ``--no-pretrain`` does the seed change the training (he_normal initialisation), and then each
+  seed is trained once.
 * **Step counts share one run.** Adam's learning rate is constant, so the C after 50 steps of a
   200-step run is the C of a 50-step run. ``epochs=50,100,200`` is one 200-step run with a
   Keras callback (:func:`coef_snapshots`) copying C after steps 50 and 100.
 
 So a training *group* is one value of the training fields other than ``epochs``
-(:data:`TRAIN_FIELDS`), trained for the largest requested step count; all its trials are then
-clustered in the same process. Groups run in parallel worker processes (joblib, loky backend:
+(:data:`mesc_tf.config.TRAIN_FIELDS`), trained for the largest requested step count; all its
+trials are then clustered in the same process. Groups run in parallel worker processes (joblib, loky backend:
 each worker imports TensorFlow once and runs many groups; with more than one job every worker is
 limited to ``threads`` TF and BLAS threads so that the jobs do not fight for the cores).
 
@@ -49,19 +50,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mesc_tf.config import Settings, check_seed
+from mesc_tf.config import TRAIN_FIELDS, Settings, check_seed
 from mesc_tf.errors import MescError, one_line
 from mesc_tf.files import size_text
 
-# Fields that change the fine-tuning (each but epochs needs its own training; the step counts
-# of one training share it) ...
-TRAIN_FIELDS = ("framework", "regularizer", "reg1", "reg2", "lr", "epochs", "coef_init",
-                "recon_scale")
-# ... and those that only change the clustering of the trained C.
-POST_FIELDS = ("thr", "subspace_dim", "power", "variant")
 _DEFAULTS = Settings()
 FIELD_TYPES = {f.name: type(getattr(_DEFAULTS, f.name)) for f in dataclasses.fields(Settings)}
-assert set(FIELD_TYPES) == set(TRAIN_FIELDS) | set(POST_FIELDS), "Settings fields changed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -616,9 +610,11 @@ def _scored_trial(trial, group, trained, ds, dataset, ae, method, code) -> dict:
     }
     t0 = time.perf_counter()
     try:
+        info = {}
         labels, post_timings = pipeline.cluster(trained.snaps.coefs[s.epochs], ds.n_clusters, s,
-                                                seed=trial.seed)
+                                                seed=trial.seed, info=info)
         rec["metrics"] = {**evaluate(ds.y, labels), "nmi_max": nmi(ds.y, labels, "max")}
+        rec["postcluster"] = info
     except _CLUSTER_ERRORS as e:
         post_timings = {}
         rec["error"] = one_line(e)
@@ -682,10 +678,16 @@ def memory_check(dataset, n_jobs, n_snapshots):
 
 
 def stats(values) -> dict:
-    """median, mean and sample std (ddof=1; 0 for one value) of a list of numbers."""
+    """median, mean and sample std (ddof=1; None for one value: no spread to show) of a list
+    of numbers."""
     v = np.asarray(values, np.float64)
     return {"median": float(np.median(v)), "mean": float(v.mean()),
-            "std": float(v.std(ddof=1)) if v.size > 1 else 0.0, "n": int(v.size)}
+            "std": float(v.std(ddof=1)) if v.size > 1 else None, "n": int(v.size)}
+
+
+def _mean_std(stat) -> str:
+    text = f"{100 * stat['mean']:.2f}"
+    return text if stat["std"] is None else f"{text} ± {100 * stat['std']:.2f}"
 
 
 def summarize(records, keys=None) -> list[dict]:
@@ -743,8 +745,8 @@ def format_summary(rows, top=10, fields=None) -> str:
                            else str(r["settings"][f]) for f in fields]
         if r["acc"]:
             a, m = r["acc_stats"], r["nmi_stats"]
-            vals += [f"{100 * a['median']:.2f}", f"{100 * a['mean']:.2f} ± {100 * a['std']:.2f}",
-                     f"{100 * m['median']:.2f}", f"{100 * m['mean']:.2f} ± {100 * m['std']:.2f}"]
+            vals += [f"{100 * a['median']:.2f}", _mean_std(a), f"{100 * m['median']:.2f}",
+                     _mean_std(m)]
         else:
             vals += ["-"] * 4
         vals += [str(len(r["seeds"])), str(r["errors"])]

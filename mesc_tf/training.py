@@ -40,7 +40,7 @@ _EXPECTED_RETRACING = _ExpectedRetracing()
 
 
 def configure_runtime(seed=None, deterministic=True):
-    """Seed every random source and make float32 results reproducible.
+    """Seed every random source (with ``seed``) and make float32 results reproducible.
 
     TF32 is switched off because the references ran without it (pitfall 4); op determinism
     makes GPU reductions repeatable (CPU kernels already are). Keras compiles nothing with XLA

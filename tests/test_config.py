@@ -146,3 +146,13 @@ def test_settings_refuse_values_that_are_not_numbers_and_unknown_names(change, m
         Settings().replace(**change)
     ok = Settings().replace(reg2=np.float32(0.5), epochs=np.int64(3), subspace_dim=4.0)
     assert (ok.reg2, ok.epochs, ok.subspace_dim) == (0.5, 3, 4)
+
+
+def test_pretrain_replace_refuses_unknown_names_as_settings_do():
+    """Pretrain.replace raised dataclasses' TypeError for a misspelt name."""
+    from mesc_tf.config import Pretrain
+
+    with pytest.raises(MescError, match="unknown pretraining setting max_step; the pretraining "
+                                        "settings are lr, max_steps"):
+        Pretrain().replace(max_step=10)
+    assert Pretrain().replace(max_steps=10, lr=None) == Pretrain(max_steps=10)

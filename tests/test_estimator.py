@@ -316,13 +316,13 @@ def test_history_has_its_keys_after_zero_epochs(images):
 
 
 def test_fit_warns_when_clusters_are_left_empty(images, monkeypatch):
-    real = pipeline.cluster
+    real = pipeline.postcluster.cluster
 
     def merge_two_clusters(*args, **kwargs):  # as sklearn's discretize can leave one empty
         labels, timings = real(*args, **kwargs)
         return np.minimum(labels, 1), timings
 
-    monkeypatch.setattr(pipeline, "cluster", merge_two_clusters)
+    monkeypatch.setattr(pipeline.postcluster, "cluster", merge_two_clusters)
     est = MESCClustering(3, epochs=2, pretrain_steps=0, thr=0.2, subspace_dim=3, power=1.0)
     with pytest.warns(UserWarning, match="left 1 of the 3 clusters empty"):
         est.fit(images[0])

@@ -198,6 +198,7 @@ def test_tsne(data_env, tmp_path):
     assert [c["seed"] for c in kept] == [s["seed"] for s in ours["per_seed"]] == [0, 1]
     for c, s in zip(kept, ours["per_seed"]):
         assert len(c["labels"]) == len(y) == 24
+        assert c["postcluster"]["clusters_found"] == len(set(c["labels"]))  # what ran, kept
         assert s["homogeneity"] == pytest.approx(homogeneity_score(y, c["labels"]), abs=1e-12)
         assert s["completeness"] == pytest.approx(completeness_score(y, c["labels"]), abs=1e-12)
     assert ours["homogeneity"] == pytest.approx(
@@ -1022,7 +1023,7 @@ def test_the_default_autoencoder_reports_its_pretraining_time(monkeypatch, tmp_p
     gives the pretraining seconds that the ablation adds to the pretrained rows' time."""
     from argparse import Namespace
 
-    from experiments.common import ae_source, load_autoencoder
+    from experiments.common import ae_source, autoencoder_for_run
     from mesc_tf.config import get_config
     from mesc_tf.model import ConvAutoEncoder
     from mesc_tf.weights import save_autoencoder
@@ -1032,7 +1033,7 @@ def test_the_default_autoencoder_reports_its_pretraining_time(monkeypatch, tmp_p
                      tmp_path / "toy.h5", {"seconds": 7.5})
     src = ae_source(Namespace(tf1_checkpoint=[], weights=[], no_pretrain=False), "toy")
     assert src["sha256"] is not None
-    assert load_autoencoder("toy", src, 0)[1] == 7.5
+    assert autoencoder_for_run("toy", src, 0)[1] == 7.5
 
 
 def test_rows_without_pretraining_ignore_the_given_autoencoder():

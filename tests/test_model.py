@@ -277,12 +277,13 @@ def test_autoencoder_refuses_images_of_another_size_and_takes_uint8():
     from mesc_tf.errors import MescError
 
     ae = ConvAutoEncoder(TINY).build_for_input()
-    for bad in (np.zeros((2, 9, 7, 1), np.float32), np.zeros((2, 8, 8), np.float32),
-                np.zeros((2, 8, 8, 3), np.float32)):
+    for bad in (np.zeros((2, 9, 7, 1), np.float32), np.zeros((2, 8, 8, 3), np.float32)):
         with pytest.raises(MescError, match=r"given to an auto-encoder made for \(8, 8\) images"):
             ae.encode(bad)
         with pytest.raises(MescError, match=r"given to an auto-encoder made for \(8, 8\)"):
             ae(bad)
+    with pytest.raises(MescError, match=r"\(8, 8\) have no channel axis; give x\[\.\.\., None\]"):
+        ae(np.zeros((2, 8, 8), np.float32))
     pixels = np.random.default_rng(0).integers(0, 256, (3, 8, 8, 1), dtype=np.uint8)
     np.testing.assert_array_equal(ae.encode(pixels).numpy(),
                                   ae.encode(pixels.astype(np.float32)).numpy())
@@ -328,3 +329,136 @@ def test_keras_save_and_load_model_continue_training_alike(tmp_path, framework):
     pretrain(images)
     pretrain.save(tmp_path / "pre.keras")
     assert keras.models.load_model(tmp_path / "pre.keras").autoencoder.arch == ae.arch
+
+
+def _fitted_coef(model, data, epochs=3, steps_per_execution=1, **fit_kwargs):
+    from mesc_tf.training import adam
+
+    model.compile(optimizer=adam(1e-2), steps_per_execution=steps_per_execution)
+    model.fit(data, epochs=epochs, verbose=0, **fit_kwargs)
+    return model.coef.numpy()
+
+
+def test_mescnet_fit_takes_an_array_as_one_batch_in_order():
+    """Keras' fit defaults (batch_size 32, shuffle=True) would permute the rows of the one
+    batch, so C's row i would stop being sample i's; MESCNet takes an array's batch size as
+    n and never shuffles it. fit(x) equals one step per epoch on full_batch(x)."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import full_batch
+
+    model, x = tiny_mescnet(6)
+    reference = _fitted_coef(model, full_batch(x), steps_per_epoch=1)
+    model, _ = tiny_mescnet(6)
+    np.testing.assert_array_equal(_fitted_coef(model, x), reference)
+    terms = model.evaluate(x, verbose=0, return_dict=True)
+    assert set(terms) == {"loss", "recon", "reg", "selfexp"}
+    assert [tuple(a.shape) for a in model.predict(x, verbose=0)] == [
+        (6, 8, 8, 1), (6, 32), (6, 32)]
+    for call, kwargs in ((model.fit, dict(shuffle=True)), (model.fit, dict(batch_size=4)),
+                         (model.evaluate, dict(batch_size=3)), (model.predict, {})):
+        data = x[:4] if call == model.predict else x
+        with pytest.raises(MescError, match="made for 6 samples|cannot shuffle"):
+            call(data, verbose=0, **kwargs)
+    # A dataset's batch size shows only when the step runs.
+    batches = tf.data.Dataset.from_tensor_slices(x).batch(4).repeat()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="made for 6 samples"):
+        model.fit(batches, steps_per_epoch=1, verbose=0)
+
+
+def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
+    """Keras runs whole executions: steps_per_epoch 1 with steps_per_execution 3 ran 3 steps
+    per epoch on full_batch's repeated dataset. A multiple runs the steps asked for."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import full_batch
+
+    model, x = tiny_mescnet(6)
+    reference = _fitted_coef(model, x, epochs=4)
+    model, _ = tiny_mescnet(6)
+    with pytest.raises(MescError, match="Keras runs whole executions, 3 steps per epoch"):
+        _fitted_coef(model, full_batch(x), steps_per_execution=3, steps_per_epoch=1)
+    model, _ = tiny_mescnet(6)
+    fused = _fitted_coef(model, full_batch(x), epochs=2, steps_per_execution=2,
+                         steps_per_epoch=2)
+    np.testing.assert_array_equal(fused, reference)
+    assert int(model.optimizer.iterations) == 4
+
+
+def test_models_refuse_what_their_own_loss_would_ignore():
+    """The loss is the model's: compile's loss or metrics broke fit or were ignored, and
+    sample weights were ignored; a settings change would not reach a compiled step. Under op
+    determinism Keras turned jit_compile=True off with a warning that blamed the model."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam, configure_runtime
+
+    model, x = tiny_mescnet(6)
+    for kwargs in (dict(loss="mse"), dict(metrics=["mae"])):
+        with pytest.raises(MescError, match="compile takes no (loss|metrics)"):
+            model.compile(optimizer=adam(1e-3), **kwargs)
+    configure_runtime(0)  # op determinism on, whatever an earlier test in this process did
+    with pytest.raises(MescError, match="jit_compile=True under TF's op determinism"):
+        model.compile(optimizer=adam(1e-3), jit_compile=True)
+    model.compile(optimizer=adam(1e-3))
+    with pytest.raises(MescError, match="takes no sample_weight"):
+        model.fit(x, sample_weight=np.ones(6), verbose=0)
+    weighted = tf.data.Dataset.from_tensors((x, x, np.ones(6, np.float32))).repeat()
+    with pytest.raises(MescError, match="takes no sample_weight"):
+        model.fit(weighted, steps_per_epoch=1, verbose=0)
+    with pytest.raises(AttributeError):
+        model.settings = model.settings.replace(regularizer="l2")
+    pretrain = PretrainNet(model.autoencoder)
+    pretrain.compile(optimizer=adam(1e-3))
+    with pytest.raises(MescError, match="PretrainNet weighs every sample alike"):
+        pretrain.fit(x, x, sample_weight=np.ones(6), batch_size=6, verbose=0)
+
+
+def test_models_are_built_on_construction_and_take_uint8_pixels():
+    """Built at once (the auto-encoder by shape), so save_weights, count_params and
+    BackupAndRestore work before any call; uint8 pixels train as their float32 values."""
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam
+
+    model = MESCNet(ConvAutoEncoder(TINY), 6, get_config("toy").mesc)
+    assert model.built and model.count_params() == 39 + 36
+    assert PretrainNet(ConvAutoEncoder(TINY)).count_params() == 39
+    model, x = tiny_mescnet(6)
+    pixels = (x * 255).astype(np.uint8)
+    as_uint8 = _fitted_coef(model, pixels)
+    model, _ = tiny_mescnet(6)
+    np.testing.assert_array_equal(as_uint8, _fitted_coef(model, pixels.astype(np.float32)))
+    pretrain = PretrainNet(model.autoencoder)
+    pretrain.compile(optimizer=adam(1e-3))
+    assert np.isfinite(pretrain.fit(pixels, batch_size=6, verbose=0).history["rel_err"][0])
+
+
+def test_models_refuse_a_mixed_precision_policy():
+    """Under mixed_float16 fit failed inside the loss (float16 against float32)."""
+    import keras
+
+    from mesc_tf.errors import MescError
+
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        with pytest.raises(MescError, match="runs in float32.*'mixed_float16'"):
+            ConvAutoEncoder(TINY)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    with pytest.raises(MescError, match="MESCNet runs in float32.*'mixed_bfloat16'"):
+        MESCNet(ConvAutoEncoder(TINY), 6, get_config("toy").mesc, dtype="mixed_bfloat16")
+
+
+def test_readme_keras_example_fine_tunes_as_the_pipeline_does(readme_example, capsys):
+    """The README's MESCNet-in-Keras example (its 2500 steps cut to 15) gives the C that
+    mesc_tf.pipeline.fine_tune gives with the same settings, bit for bit, and prints the
+    metrics."""
+    from mesc_tf.pipeline import fine_tune
+    from mesc_tf.training import configure_runtime
+
+    code, scope = readme_example("The fine-tuning model is a plain Keras model",
+                                 replace={"epochs=s.epochs": "epochs=15"})
+    out = capsys.readouterr().out
+    assert "'acc':" in out and "'nmi':" in out
+    configure_runtime(seed=0)
+    ae, _ = scope["load_autoencoder"]("pretrained/orl.h5", scope["cfg"].arch)
+    model, _, _ = fine_tune(scope["data"].x, scope["s"].replace(epochs=15), ae, verbose=0)
+    np.testing.assert_array_equal(scope["model"].coef.numpy(), model.coef.numpy())

@@ -15,7 +15,7 @@ import pytest
 
 from mesc_tf import sweep
 from mesc_tf.provenance import code_revision
-from mesc_tf.config import Settings, method_settings
+from mesc_tf.config import TRAIN_FIELDS, Settings, method_settings
 from mesc_tf.errors import MescError
 from scripts import load_script  # tests/scripts.py
 
@@ -372,6 +372,8 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     r = records[0]
     assert set(r["metrics"]) >= {"acc", "nmi"} and r["timings"]["steps"] in (2, 4)
     assert r["shared_training"] == {"steps_run": 4, "snapshots": [2, 4], "trials": 8}
+    # What post-clustering did, as run.py records it (it was missing from sweeps).
+    assert r["postcluster"]["method"] == "fast" and 1 <= r["postcluster"]["clusters_found"] <= 3
     assert r["code"] == code_revision()  # the commit the trial ran (not part of its key)
     assert "best settings by median ACC" in capsys.readouterr().out
 
@@ -639,7 +641,7 @@ def test_coef_cache_key_holds_every_training_field_and_the_step_count():
     changed = {"framework": "coupled", "regularizer": "l1", "reg1": base.reg1 * 2,
                "reg2": base.reg2 * 2, "lr": base.lr * 2, "coef_init": base.coef_init * 2,
                "recon_scale": base.recon_scale * 2}
-    assert set(changed) == set(sweep.TRAIN_FIELDS) - {"epochs"}
+    assert set(changed) == set(TRAIN_FIELDS) - {"epochs"}
     for field, value in changed.items():
         assert sweep.coef_cache_key("toy", "weights:" + "0" * 16, base.replace(**{field: value}),
                                     10) != key, field
@@ -689,7 +691,7 @@ def test_summary_std_is_the_sample_std():
     """ACC/NMI spread over seeds is the sample std (ddof 1), as the tables show it."""
     st = sweep.stats([0.8, 0.9])
     assert st["std"] == pytest.approx(0.1 / 2 ** 0.5) and st["median"] == pytest.approx(0.85)
-    assert sweep.stats([0.7])["std"] == 0.0
+    assert sweep.stats([0.7])["std"] is None  # one seed has no spread (was 0, shown "± 0.00")
 
 
 def test_summary_ties_on_median_acc_go_to_median_nmi_before_mean_acc():
