@@ -96,10 +96,10 @@ def _tf1_checkpoint(name):
 
 
 def autoencoder_source(name):
-    """Keyword arguments for pipeline.get_autoencoder: shipped .h5, TF1 checkpoint, he_normal."""
-    from mesc_tf import pipeline
+    """Keyword arguments for sources.get_autoencoder: shipped .h5, TF1 checkpoint, he_normal."""
+    from mesc_tf import sources
 
-    if pipeline.pretrained_path(name).is_file():
+    if sources.pretrained_path(name).is_file():
         return {"dataset": name}
     prefix = _tf1_checkpoint(name)
     return {"tf1_checkpoint": str(prefix)} if prefix else {"no_pretrain": True}
@@ -128,7 +128,7 @@ def ours_steps(x, cfg, jit, steps, seed):
     """Fine-tune ``steps`` steps through pipeline.fine_tune; (model, per-step wall times)."""
     import keras
 
-    from mesc_tf import pipeline
+    from mesc_tf import pipeline, sources
     from mesc_tf.training import configure_runtime
 
     class StepTimer(keras.callbacks.Callback):
@@ -140,7 +140,7 @@ def ours_steps(x, cfg, jit, steps, seed):
 
     # Keras refuses XLA under op determinism; CPU kernels are deterministic either way.
     configure_runtime(seed, deterministic=not jit)
-    ae, _ = pipeline.get_autoencoder(cfg.arch, **autoencoder_source(cfg.name))
+    ae, _ = sources.get_autoencoder(cfg.arch, **autoencoder_source(cfg.name))
     timer = StepTimer()
     model, _, _ = pipeline.fine_tune(x, cfg.mesc.replace(epochs=steps), ae, verbose=0,
                                      jit_compile=jit, callbacks=[timer])

@@ -97,7 +97,7 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
 
     from bench import autoencoder_source, load_or_random
 
-    from mesc_tf import pipeline
+    from mesc_tf import sources
     from mesc_tf.config import get_config
     from mesc_tf.files import atomic_file, atomic_write_text
     from mesc_tf.model import MESCNet
@@ -108,7 +108,7 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     settings = cfg.mesc
     x, _, source = load_or_random(name, seed)
     x = tf.convert_to_tensor(x, tf.float32)
-    ae, ae_line = pipeline.get_autoencoder(cfg.arch, **autoencoder_source(name))
+    ae, ae_line = sources.get_autoencoder(cfg.arch, **autoencoder_source(name))
     model = MESCNet(ae, int(x.shape[0]), settings)
     model(x)
     model.compile(optimizer=adam(settings.lr))

@@ -43,7 +43,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import numpy as np  # noqa: E402
 
-from mesc_tf import cli, files, provenance, sweep  # noqa: E402
+from mesc_tf import cli, files, provenance, sources, sweep  # noqa: E402
 from mesc_tf.config import DATASETS, get_config, method_settings  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
 
@@ -329,7 +329,7 @@ def display_label(label: str) -> str:
 
 def ae_source(args, dataset: str, pretrained=True) -> dict:
     """Where the auto-encoder of ``dataset`` comes from, as keyword arguments of
-    pipeline.get_autoencoder plus a short ``label`` and the ``sha256`` of its content for the
+    sources.get_autoencoder plus a short ``label`` and the ``sha256`` of its content for the
     records (None where there is no file; check_sources says so before any training)."""
     if not pretrained or args.no_pretrain:
         return {"no_pretrain": True, "label": "he_normal (no pretraining)", "sha256": None}
@@ -344,15 +344,14 @@ def ae_source(args, dataset: str, pretrained=True) -> dict:
     if weights:
         return {"weights": weights, "label": f"h5:{_rel(weights)}",
                 "sha256": _content_hash(dataset, weights=weights)}
-    from mesc_tf import pipeline
 
-    return {"weights": None, "label": f"h5:{_rel(pipeline.pretrained_path(dataset))}",
+    return {"weights": None, "label": f"h5:{_rel(sources.pretrained_path(dataset))}",
             "default": True, "sha256": _content_hash(dataset)}
 
 
 def _content_hash(dataset, **source):
     try:
-        return sweep.resolve_autoencoder(dataset, **source).sha256[:16]
+        return sources.resolve_autoencoder(dataset, **source).sha256[:16]
     except MescError:
         return None
 
@@ -368,7 +367,7 @@ def check_sources(args, datasets):
     for name in datasets:
         src = ae_source(args, name)
         try:
-            sweep.resolve_autoencoder(name, weights=src.get("weights"),
+            sources.resolve_autoencoder(name, weights=src.get("weights"),
                                       tf1_checkpoint=src.get("tf1_checkpoint"),
                                       no_pretrain=src.get("no_pretrain", False),
                                       per_dataset=True)
@@ -379,15 +378,14 @@ def check_sources(args, datasets):
 def autoencoder_for_run(name: str, src: dict, seed: int):
     """(auto-encoder, pretraining seconds or None) for one run; seeds the runtime first so that
     a he_normal start is reproducible. A new auto-encoder per run: fine-tuning changes it."""
-    from mesc_tf import pipeline
     from mesc_tf.training import configure_runtime
 
     configure_runtime(seed)
     cfg = get_config(name)
     weights = src.get("weights")
     if src.get("default"):
-        weights = pipeline.pretrained_path(name)
-    ae, _ = pipeline.get_autoencoder(cfg.arch, dataset=name, weights=weights,
+        weights = sources.pretrained_path(name)
+    ae, _ = sources.get_autoencoder(cfg.arch, dataset=name, weights=weights,
                                      tf1_checkpoint=src.get("tf1_checkpoint"),
                                      no_pretrain=src.get("no_pretrain", False))
     pretrain_s = None

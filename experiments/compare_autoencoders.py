@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/table.py
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli, files, provenance  # noqa: E402
+from mesc_tf import cli, files, provenance, sources  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS, POST_FIELDS  # noqa: E402
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
 
@@ -101,7 +101,7 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     cfg = get_config(dataset)
     s = cfg.mesc  # the post-clustering settings of the "our" row
     out = {}
-    for name, ae in (("ours", load_autoencoder(pipeline.pretrained_path(dataset), cfg.arch)[0]),
+    for name, ae in (("ours", load_autoencoder(sources.pretrained_path(dataset), cfg.arch)[0]),
                      ("original", load_tf1_checkpoint(tf1_prefix, cfg.arch))):
         z = latent_codes(ae, d.x)
         lsr = {"rel_lambda": list(LSR_LAMBDAS), "seeds": list(seeds), "acc": [], "nmi": []}
@@ -119,12 +119,11 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
 def diagnostics_key(dataset, tf1_prefix, seeds):
     """What autoencoder_diagnostics' figures depend on: both auto-encoders' contents, the
     seeds and the post-clustering settings they are clustered with."""
-    from mesc_tf import sweep
     from mesc_tf.config import get_config
 
     s = get_config(dataset).mesc
-    return {"ours": sweep.resolve_autoencoder(dataset).sha256,
-            "original": sweep.resolve_autoencoder(dataset, tf1_checkpoint=tf1_prefix).sha256,
+    return {"ours": sources.resolve_autoencoder(dataset).sha256,
+            "original": sources.resolve_autoencoder(dataset, tf1_checkpoint=tf1_prefix).sha256,
             "seeds": list(seeds), "lsr_lambdas": list(LSR_LAMBDAS),
             "post": {k: getattr(s, k) for k in POST_FIELDS}}
 

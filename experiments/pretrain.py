@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
-from mesc_tf import cli, provenance  # noqa: E402
+from mesc_tf import cli, provenance, sources  # noqa: E402
 from mesc_tf.config import INITIALIZERS, get_config, pretrain_problem  # noqa: E402
 
 
@@ -109,7 +109,7 @@ def main(argv=None, cleanup=None):
     if not (schedule.max_steps or schedule.activation_scale):
         raise MescError(f"--max-steps 0 with no activation scale (none configured for "
                         f"{args.dataset}) would only copy {args.init}; give --activation-scale S")
-    out = Path(args.out) if args.out else pipeline.pretrained_path(args.dataset)
+    out = Path(args.out) if args.out else sources.pretrained_path(args.dataset)
     # Before the (long) training: refuse to replace a result, and check it can be written.
     made = cli.prepare_out_file(out, force=args.force, what="output")
     if cleanup is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
-from mesc_tf import cli, files, provenance  # noqa: E402
+from mesc_tf import cli, files, provenance, sources  # noqa: E402
 from mesc_tf.config import METHODS, POST_FIELDS, POST_METHODS  # noqa: E402
 from mesc_tf.files import read_backup_state  # noqa: E402
 
@@ -104,7 +104,7 @@ def main(argv=None, cleanup=None):
     from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
 
     configure_runtime(args.seed, deterministic=not args.jit)  # Keras: no XLA under determinism
-    ae, ae_source = pipeline.get_autoencoder(
+    ae, ae_source = sources.get_autoencoder(
         cfg.arch, dataset=args.dataset, weights=args.weights,
         tf1_checkpoint=args.tf1_checkpoint, no_pretrain=args.no_pretrain)
 
@@ -156,11 +156,10 @@ def main(argv=None, cleanup=None):
 def _weights_file(args):
     """The .h5 the run starts from: --weights, else pretrained/<dataset>.h5 unless
     --tf1-checkpoint or --no-pretrain (then None)."""
-    from mesc_tf import pipeline
 
     if args.weights:
         return Path(args.weights)
-    return None if args.tf1_checkpoint or args.no_pretrain else pipeline.pretrained_path(
+    return None if args.tf1_checkpoint or args.no_pretrain else sources.pretrained_path(
         args.dataset)
 
 

@@ -36,7 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker proces
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli  # noqa: E402
+from mesc_tf import cli, sources  # noqa: E402
 from mesc_tf.config import METHODS  # noqa: E402
 
 DEFAULT_OUT = common.RESULTS_DIR / "sweeps"  # in the checkout, wherever the command runs
@@ -127,22 +127,22 @@ def main(argv=None):
     if args.summary_only:
         # The records of this auto-encoder only (a file holds many): the same file counts
         # whether it was named by --weights or taken as the default.
-        ae = sweep.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
+        ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
                                        args.no_pretrain)
         keys = None
         if args.grid:
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
             keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
                     for s in settings for seed in args.seeds}
-        same = sweep.autoencoder_hash(ae.ident)
+        same = sources.autoencoder_hash(ae.ident)
         mine = [r for r in records if r["dataset"] == args.dataset
-                and sweep.autoencoder_hash(r["autoencoder_id"]) == same]
+                and sources.autoencoder_hash(r["autoencoder_id"]) == same]
         print(f"{len(mine)} of the file's records come from {ae.describe()}")
         print(sweep.format_summary(sweep.summarize(mine, keys), args.top))
         return 0
 
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
-    ae = sweep.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
+    ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
                                    args.no_pretrain)
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)

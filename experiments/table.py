@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the worker proces
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli, files, provenance  # noqa: E402
+from mesc_tf import cli, files, provenance, sources  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS  # noqa: E402
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -174,14 +174,14 @@ def make_cell(res, ae, settings, seeds, args):
 
 def cell_is_current(cell, settings, seeds, ae, max_epochs=None):
     """Whether a finished cell answers this request: same settings, seeds and auto-encoder (by
-    content: sweep.autoencoder_hash), and a smoke cell (--max-epochs) only for a smoke request
+    content: sources.autoencoder_hash), and a smoke cell (--max-epochs) only for a smoke request
     with the same cap."""
     from mesc_tf import sweep
 
     return (isinstance(cell, dict) and cell.get("settings") == sweep.normalized(settings)
             and cell.get("seeds_requested") == list(seeds)
-            and sweep.autoencoder_hash(str(cell.get("autoencoder_id"))) ==
-            sweep.autoencoder_hash(ae.ident)
+            and sources.autoencoder_hash(str(cell.get("autoencoder_id"))) ==
+            sources.autoencoder_hash(ae.ident)
             and cell.get("max_epochs") == max_epochs)
 
 
@@ -283,7 +283,7 @@ def main(argv=None):
     for d in args.datasets:
         try:
             data.load_dataset(d, data_dir)
-            ae = sweep.resolve_autoencoder(d, args.weights.get(d), args.tf1_checkpoint.get(d))
+            ae = sources.resolve_autoencoder(d, args.weights.get(d), args.tf1_checkpoint.get(d))
         except MescError as e:
             if args.explicit:
                 raise

@@ -28,6 +28,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from mesc_tf import sources
 from mesc_tf.config import (POST_METHODS, Architecture, Pretrain, Settings, check_post_method,
                             check_seed, get_config, is_whole, pretrain_problem)
 from mesc_tf.data import validate_images
@@ -299,9 +300,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         timings = {"pretrain_s": 0.0}
         pretrain_info = None
         if weights is not None:
-            ae, source = pipeline.get_autoencoder(arch, weights=weights)
+            ae, source = sources.get_autoencoder(arch, weights=weights)
         elif schedule.max_steps == 0:  # as run.py --no-pretrain
-            ae, source = pipeline.get_autoencoder(arch, no_pretrain=True)
+            ae, source = sources.get_autoencoder(arch, no_pretrain=True)
         else:
             start = time.perf_counter()
             ae, pretrain_info = pipeline.pretrain(x, arch, schedule, verbose=self.verbose,

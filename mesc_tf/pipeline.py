@@ -1,4 +1,6 @@
-"""The steps every experiment (and the estimator) shares: auto-encoder → fine-tuning → clustering.
+"""The steps every experiment (and the estimator) shares: pretraining, fine-tuning and
+clustering, with the memory checks before them (the auto-encoder comes from
+:mod:`mesc_tf.sources`).
 
 One code path: ``experiments/run.py``, the sweeps, the tables and
 :class:`mesc_tf.estimator.MESCClustering` all call these functions.
@@ -7,7 +9,6 @@ One code path: ``experiments/run.py``, the sweeps, the tables and
 import gc
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -16,48 +17,6 @@ from mesc_tf.config import Architecture, Settings, check_post_method, encoder_si
 from mesc_tf.errors import MescError
 from mesc_tf.files import size_text
 from mesc_tf.metrics import evaluate
-
-def pretrained_path(dataset: str) -> Path:
-    """The project's own auto-encoder for ``dataset``, which run.py reads and pretrain.py
-    writes by default: ``$MESC_PRETRAINED_DIR/<dataset>.h5``, else the checkout's pretrained/."""
-    folder = os.environ.get("MESC_PRETRAINED_DIR")
-    folder = Path(folder) if folder else Path(__file__).resolve().parents[1] / "pretrained"
-    return folder / f"{dataset}.h5"
-
-
-def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --no-pretrain"):
-    """:func:`pretrained_path` if that file exists, else one MescError that says how to make it
-    or which ``options`` to pass instead."""
-    path = pretrained_path(dataset)
-    if not path.is_file():
-        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
-                        f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
-                        f"or pass {options}")
-    return path
-
-
-def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_checkpoint=None,
-                    no_pretrain=False):
-    """The auto-encoder to fine-tune and a line saying where its weights came from.
-
-    Precedence: ``tf1_checkpoint`` (converted on the fly), ``weights`` (.h5), ``no_pretrain``
-    (he_normal, seeded by configure_runtime), then ``pretrained/<dataset>.h5``.
-    """
-    from mesc_tf.model import ConvAutoEncoder
-    from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
-
-    if tf1_checkpoint:
-        return load_tf1_checkpoint(tf1_checkpoint, arch), f"TF1 checkpoint {tf1_checkpoint}"
-    if weights:
-        return load_autoencoder(weights, arch)[0], f"weights {weights}"
-    if no_pretrain:
-        return ConvAutoEncoder(arch).build_for_input(), "he_normal initialisation (no pretraining)"
-    if not dataset:
-        raise MescError("get_autoencoder needs one of dataset=, weights=, tf1_checkpoint= or "
-                        "no_pretrain=True to know which auto-encoder to use")
-    path = require_pretrained(dataset)
-    return load_autoencoder(path, arch)[0], f"pretrained {path}"
-
 
 # Resident memory of the runtime itself (TensorFlow, Keras, numpy, scipy, sklearn), measured.
 RUNTIME_BYTES = 800 * 2**20

@@ -29,7 +29,7 @@ Every finished trial is appended to a JSON-lines file as one line (``append_json
 one write, flush and fsync), so a kill loses only the trials still running. A trial's key is its
 dataset, the content hash of its auto-encoder, its full Settings and its seed; a rerun skips
 every trial whose key is already in the file (``done_keys``), so an interrupted sweep resumes.
-Training and clustering are the pipeline's own (``pipeline.get_autoencoder``,
+Training and clustering are the pipeline's own (``sources.get_autoencoder``,
 ``pipeline.fine_tune``, ``pipeline.cluster``, ``metrics.evaluate``): nothing is re-implemented.
 """
 
@@ -53,6 +53,7 @@ import numpy as np
 from mesc_tf.config import TRAIN_FIELDS, Settings, check_seed
 from mesc_tf.errors import MescError, one_line
 from mesc_tf.files import size_text
+from mesc_tf.sources import AutoencoderSpec, autoencoder_hash
 
 _DEFAULTS = Settings()
 FIELD_TYPES = {f.name: type(getattr(_DEFAULTS, f.name)) for f in dataclasses.fields(Settings)}
@@ -156,90 +157,6 @@ def parse_seeds(spec) -> list[int]:
 def normalized(settings: Settings) -> dict:
     """Settings as a dict with every value in its field's type (stable keys and JSON)."""
     return {k: FIELD_TYPES[k](v) for k, v in settings.to_dict().items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# Which auto-encoder: resolved and hashed in the parent, loaded in the workers
-
-
-def _sha256(paths) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class AutoencoderSpec:
-    """Where a run's auto-encoder comes from; ``ident`` (kind + content hash) is stored in the
-    records, its hash part (:func:`autoencoder_hash`) is in the keys."""
-
-    kind: str  # "pretrained" | "weights" | "tf1" | "none"
-    path: str | None = None
-    sha256: str | None = None
-
-    @property
-    def ident(self) -> str:
-        return "none" if self.kind == "none" else f"{self.kind}:{self.sha256[:16]}"
-
-    @property
-    def deterministic(self) -> bool:
-        """Whether fine-tuning is the same for every seed (weights given, C constant)."""
-        return self.kind != "none"
-
-    def describe(self) -> str:
-        return {"pretrained": f"pretrained {self.path}", "weights": f"weights {self.path}",
-                "tf1": f"TF1 checkpoint {self.path}",
-                "none": "he_normal initialisation (no pretraining)"}[self.kind]
-
-    def load(self, arch, dataset):
-        from mesc_tf import pipeline
-
-        return pipeline.get_autoencoder(
-            arch, dataset=dataset,
-            weights=self.path if self.kind in ("weights", "pretrained") else None,
-            tf1_checkpoint=self.path if self.kind == "tf1" else None,
-            no_pretrain=self.kind == "none")[0]
-
-
-def autoencoder_hash(ident: str) -> str:
-    """The content part of an ``ident`` ("pretrained:523d..." → "523d...", "none" → "none"):
-    what keys compare, so that a file counts the same whether it was named by --weights or
-    taken as the default."""
-    return ident.rpartition(":")[2]
-
-
-def resolve_autoencoder(dataset, weights=None, tf1_checkpoint=None, no_pretrain=False,
-                        per_dataset=False):
-    """The AutoencoderSpec for these options (same precedence as pipeline.get_autoencoder).
-    ``per_dataset``: the command's --weights/--tf1-checkpoint take NAME=PATH (the experiments,
-    several datasets at once), so the messages spell them so."""
-    from mesc_tf import pipeline
-
-    w, t = ((f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset
-            else ("--weights PATH", "--tf1-checkpoint PREFIX"))
-
-    if tf1_checkpoint:
-        from mesc_tf.weights import tf1_prefix
-
-        prefix = Path(tf1_prefix(dataset, tf1_checkpoint)).expanduser().absolute()
-        index = Path(f"{prefix}.index")
-        data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
-        if not index.is_file() or not data:
-            raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
-                            f"{prefix.name}.data-*); give the prefix without .index/.data")
-        return AutoencoderSpec("tf1", str(prefix), _sha256([index, *data]))
-    if weights:
-        from mesc_tf.weights import require_h5
-
-        path = require_h5(Path(weights).expanduser().absolute(), w)
-        return AutoencoderSpec("weights", str(path), _sha256([path]))
-    if no_pretrain:
-        return AutoencoderSpec("none")
-    path = pipeline.require_pretrained(dataset, f"{w}, {t} or --no-pretrain")
-    return AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -573,7 +490,7 @@ def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) 
         raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
                         f"{size_text(need)}; sweep fewer epochs values at once or use --jobs 1")
     configure_runtime(group.init_seed)
-    autoencoder = ae.load(cfg.arch, dataset)
+    autoencoder = ae.load(cfg.arch)
     load_s = time.perf_counter() - start
     model, _history, train_s = pipeline.fine_tune(ds.x, group.train, autoencoder,
                                                   verbose=verbose, callbacks=[snaps])

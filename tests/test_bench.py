@@ -464,10 +464,10 @@ def test_bench_end_to_end_interrupted_kills_its_run(bench, monkeypatch, tmp_path
 
 
 def test_bench_autoencoder_source_prefers_the_shipped_weights(bench, monkeypatch, tmp_path):
-    from mesc_tf import pipeline
+    from mesc_tf import sources
 
     h5 = tmp_path / "orl.h5"
-    monkeypatch.setattr(pipeline, "pretrained_path", lambda name: h5)
+    monkeypatch.setattr(sources, "pretrained_path", lambda name: h5)
     monkeypatch.setattr(bench, "_tf1_checkpoint", lambda name: tmp_path / "ckpt")
     assert bench.autoencoder_source("orl") == {"tf1_checkpoint": str(tmp_path / "ckpt")}
     h5.write_bytes(b"")

@@ -13,7 +13,7 @@ from sklearn.base import clone
 from sklearn.utils import estimator_checks
 
 import mesc_tf
-from mesc_tf import MESCClustering, pipeline, save_autoencoder
+from mesc_tf import MESCClustering, pipeline, save_autoencoder, sources
 from mesc_tf.config import Architecture, Pretrain, Settings, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.estimator import default_architecture
@@ -379,7 +379,7 @@ def _pretrain_then_run(x, settings, seed, tmp_path):
     ae, _ = pipeline.pretrain(x, arch, Pretrain(max_steps=SMALL["pretrain_steps"]), verbose=0)
     path = save_autoencoder(ae, tmp_path / "synthetic.h5")
     configure_runtime(seed)
-    ae = pipeline.get_autoencoder(arch, weights=path)[0]
+    ae = sources.get_autoencoder(arch, weights=path)[0]
     return pipeline.run(x, None, 3, settings, ae, seed=seed, verbose=0), path
 
 

@@ -374,6 +374,7 @@ def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_p
     from argparse import Namespace
 
     from experiments.common import ae_source, check_sources
+    from mesc_tf import sources
     from mesc_tf.errors import MescError
     from mesc_tf.weights import ORIGINAL_CHECKPOINTS
 
@@ -384,12 +385,11 @@ def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_p
     assert "tf1_checkpoint" not in ae_source(args, "orl")  # other datasets keep their default
     with pytest.raises(MescError, match="not found"):  # nothing under MESC_TF1_DIR here
         check_sources(args, ["eyaleb"])
-    # table.py and sweep.py (through sweep.resolve_autoencoder) and run.py resolve it the same way.
+    # table.py and sweep.py (sources.resolve_autoencoder) and run.py resolve it the same way.
     from experiments import run
-    from mesc_tf import sweep
 
     with pytest.raises(MescError, match=f"TF1 checkpoint {tmp_path}/dscnet/EYaleB/model-102030"):
-        sweep.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
+        sources.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
     args = run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
     assert args.tf1_checkpoint == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
     monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path / "nope"))  # a folder that is not there

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.sparse.linalg import ArpackError
 
-from mesc_tf import pipeline, postcluster
+from mesc_tf import pipeline, postcluster, sources
 from mesc_tf.postcluster import reference as pc_ref
 from mesc_tf.config import Architecture, Settings, get_config
 from mesc_tf.errors import MescError
@@ -62,7 +62,7 @@ def test_synthetic_union_of_subspaces(seed=0):
 
     configure_runtime(seed)
     x, y = union_of_subspaces(seed)
-    ae, source = pipeline.get_autoencoder(TINY, no_pretrain=True)
+    ae, source = sources.get_autoencoder(TINY, no_pretrain=True)
     assert "he_normal" in source
     result = pipeline.run(x, y, 4, SYNTH, ae, seed=seed, verbose=0)
     assert result["metrics"]["acc"] >= 0.9, result["metrics"]
@@ -83,7 +83,7 @@ def test_postcluster_info_is_json_and_names_empty_clusters():
 
     configure_runtime(0)
     x, y = union_of_subspaces(0, n_clusters=1)
-    ae, _ = pipeline.get_autoencoder(TINY, no_pretrain=True)
+    ae, _ = sources.get_autoencoder(TINY, no_pretrain=True)
     post = pipeline.run(x, y, 1, SYNTH.replace(epochs=2), ae, verbose=0)["postcluster"]
     assert post["spectral_min_gap"] is None and post["clusters_found"] == 1
     json.dumps(post, allow_nan=False)
@@ -96,7 +96,7 @@ def test_postcluster_info_is_json_and_names_empty_clusters():
 def test_get_autoencoder_needs_a_source():
     with pytest.raises(MescError, match="needs one of dataset=, weights=, tf1_checkpoint= or "
                                         "no_pretrain=True"):
-        pipeline.get_autoencoder(TINY)
+        sources.get_autoencoder(TINY)
 
 
 def test_lapack_fallback_gives_the_arpack_affinity(monkeypatch):
@@ -202,7 +202,7 @@ def test_get_autoencoder_takes_the_tf1_checkpoint_before_weights(synthetic_tf1, 
     """The documented precedence: tf1_checkpoint, then weights."""
     arch = get_config("orl").arch
     other = save_autoencoder(ConvAutoEncoder(arch).build_for_input(), tmp_path / "w.h5")
-    ae, source = pipeline.get_autoencoder(arch, weights=other,
+    ae, source = sources.get_autoencoder(arch, weights=other,
                                           tf1_checkpoint=synthetic_tf1["orl"])
     assert source.startswith("TF1 checkpoint")
     _, weights = read_tf1_checkpoint(synthetic_tf1["orl"], arch.image_shape)

@@ -19,6 +19,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 
 from mesc_tf import postcluster as pc
+from mesc_tf import sources
 from mesc_tf.postcluster import fast as pc_fast
 from mesc_tf.postcluster import reference as pc_ref
 from mesc_tf.postcluster import thrc as pc_thrc
@@ -262,7 +263,7 @@ def test_fine_tuned_toy_C_fast_equals_reference(shared_data, runtime):
 
     cfg = get_config("toy")
     ds = load_dataset("toy", shared_data)
-    ae, _ = pipeline.get_autoencoder(cfg.arch, dataset="toy")
+    ae, _ = sources.get_autoencoder(cfg.arch, dataset="toy")
     model, _, _ = pipeline.fine_tune(ds.x, cfg.mesc.replace(epochs=20), ae, verbose=0)
     C, s, unflagged = model.coef.numpy(), cfg.mesc, 0
     for thr, d, power in ((s.thr, s.subspace_dim, s.power), (0.04, 12, 8.0), (0.1, 4, 1.0),

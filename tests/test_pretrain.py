@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from mesc_tf import pipeline
+from mesc_tf import pipeline, sources
 from mesc_tf.config import Architecture, Pretrain
 from mesc_tf.errors import MescError
 from mesc_tf.model import ConvAutoEncoder
@@ -407,7 +407,7 @@ def test_shipped_autoencoder_meets_the_reconstruction_bar(name, shared_data, tf1
     from mesc_tf.data import load_dataset
     from mesc_tf.weights import load_tf1_checkpoint
 
-    path = pipeline.pretrained_path(name)
+    path = sources.pretrained_path(name)
     assert path.is_file(), f"{path} is not shipped"
     arch = get_config(name).arch
     ours, meta = load_autoencoder(path, arch)

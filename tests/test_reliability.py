@@ -207,7 +207,7 @@ RUN_CASES = {
                          ["cannot read the tensors", "damaged"]),
     "tf1-not-found": (lambda f: ["--dataset", "orl", *_data("orl")(f),
                                  "--tf1-checkpoint", f["dir"] / "nope.ckpt"],
-                      ["cannot read TF1 checkpoint", "nope.ckpt"]),
+                      ["TF1 checkpoint", "nope.ckpt not found (need nope.ckpt.index"]),
     "tf1-wrong-architecture": (lambda f: ["--dataset", "coil20", *_data("coil20")(f),
                                           "--tf1-checkpoint", f["tf1_orl"]],
                                ["kernels (3, 3, 3)", "needs (3,)",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mesc_tf import sweep
+from mesc_tf import sources, sweep
 from mesc_tf.provenance import code_revision
 from mesc_tf.config import TRAIN_FIELDS, Settings, method_settings
 from mesc_tf.errors import MescError
@@ -79,9 +79,9 @@ def test_a_missing_auto_encoder_names_the_options_as_the_command_takes_them(tmp_
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
     with pytest.raises(MescError,
                        match="pass --weights PATH, --tf1-checkpoint PREFIX or --no-pretrain"):
-        sweep.resolve_autoencoder("orl")
+        sources.resolve_autoencoder("orl")
     with pytest.raises(MescError, match="--weights orl=PATH, --tf1-checkpoint orl=PREFIX or"):
-        sweep.resolve_autoencoder("orl", per_dataset=True)
+        sources.resolve_autoencoder("orl", per_dataset=True)
 
 
 def test_whole_number_settings_are_stored_as_int():
@@ -167,12 +167,12 @@ def test_our_wo_net_takes_a_datasets_coupled_settings():
 def test_plan_shares_training_across_post_settings_seeds_and_steps():
     base = method_settings("toy", "our")
     settings = sweep.expand_grid(base, sweep.parse_grid("reg1=1,2 epochs=5,10 thr=0.1,0.2"))
-    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    ae = sources.AutoencoderSpec("weights", "x.h5", "0" * 64)
     groups, skipped = sweep.plan(settings, [0, 1], ae, "toy")
     assert skipped == 0 and len(groups) == 2  # one training per reg1
     assert all(g.train.epochs == 10 and g.steps == [5, 10] and len(g.trials) == 8 for g in groups)
     # Without pretraining the seed changes the initial weights: one training per seed too.
-    groups, _ = sweep.plan(settings, [0, 1], sweep.AutoencoderSpec("none"), "toy")
+    groups, _ = sweep.plan(settings, [0, 1], sources.AutoencoderSpec("none"), "toy")
     assert len(groups) == 4 and sorted(g.init_seed for g in groups) == [0, 0, 1, 1]
     # Resume: finished trials are skipped, a group with nothing left is not trained.
     done = {sweep.trial_key("toy", ae.ident, s, seed) for s in settings if s.reg1 == 1
@@ -223,7 +223,7 @@ def test_archive_parts_are_read_before_the_file(tmp_path):
 def test_summary_only_keeps_the_chosen_autoencoders_records(toy_weights, tmp_path, capsys):
     """A results file mixes auto-encoders; --summary-only ranks those of --weights (or the
     default file) alone, whichever way the file was named when the trials ran."""
-    ident = sweep.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+    ident = sources.resolve_autoencoder("toy", weights=str(toy_weights)).ident
     out = tmp_path / "toy.jsonl"
     for ae_id, reg1, acc in ((ident, 1.0, 0.5), ("pretrained:" + ident.split(":")[1], 2.0, 0.6),
                              ("weights:0123456789abcdef", 3.0, 0.9)):
@@ -243,9 +243,9 @@ def test_an_autoencoder_counts_by_content_however_it_was_named():
     'pretrained:...' idents)."""
     table = _script("table")
     h = "523de47f455912c4" + "0" * 48
-    default = sweep.AutoencoderSpec("pretrained", "/repo/pretrained/toy.h5", h)
-    named = sweep.AutoencoderSpec("weights", "/elsewhere/toy.h5", h)
-    other = sweep.AutoencoderSpec("weights", "/elsewhere/x.h5", "f" * 64)
+    default = sources.AutoencoderSpec("pretrained", "/repo/pretrained/toy.h5", h)
+    named = sources.AutoencoderSpec("weights", "/elsewhere/toy.h5", h)
+    other = sources.AutoencoderSpec("weights", "/elsewhere/x.h5", "f" * 64)
     s = Settings(reg1=2.0)
     done = sweep.done_keys([{"dataset": "toy", "autoencoder_id": default.ident, "seed": 0,
                              "settings": s.to_dict()}])
@@ -336,9 +336,9 @@ def test_thread_limit_reaches_blas_in_this_process_and_needs_a_worker_otherwise(
 def test_tf1_checkpoint_may_be_named_by_one_of_its_files(synthetic_tf1):
     """As run.py takes it (README: PREFIX or one of its files), so do sweeps and tables."""
     prefix = synthetic_tf1["orl"]
-    want = sweep.resolve_autoencoder("orl", tf1_checkpoint=str(prefix))
+    want = sources.resolve_autoencoder("orl", tf1_checkpoint=str(prefix))
     for f in (f"{prefix}.index", next(prefix.parent.glob(f"{prefix.name}.data-*"))):
-        assert sweep.resolve_autoencoder("orl", tf1_checkpoint=str(f)) == want
+        assert sources.resolve_autoencoder("orl", tf1_checkpoint=str(f)) == want
 
 
 def test_snapshot_equals_a_shorter_run(toy_weights):
@@ -596,7 +596,7 @@ def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
     """A --max-epochs cell whose cap did not lower the steps has a full run's settings; it must
     still not stand in for one (main_table.md would flag a real result as a smoke test)."""
     table = _script("table")
-    ae = sweep.resolve_autoencoder("toy", weights=str(toy_weights))
+    ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
     s = table.cell_settings("toy", "our", 10**6)
     assert s == table.cell_settings("toy", "our")  # the cap did not bite
     cell = {"settings": sweep.normalized(s), "seeds_requested": [0], "autoencoder_id": ae.ident,
@@ -659,7 +659,7 @@ def test_coef_cache_key_holds_every_training_field_and_the_step_count():
 def test_trial_key_tells_seeds_apart_so_resume_runs_the_missing_ones():
     """A sweep resumed with more seeds runs only the seeds not yet in the file."""
     s = Settings()
-    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    ae = sources.AutoencoderSpec("weights", "x.h5", "0" * 64)
     done = sweep.done_keys([{"dataset": "toy", "autoencoder_id": ae.ident, "seed": 0,
                              "settings": s.to_dict()}])
     groups, skipped = sweep.plan([s], [0, 1, 2], ae, "toy", done)
@@ -760,7 +760,7 @@ def test_table_cell_leaves_a_failed_seed_out_of_the_scores_and_stays_current():
     from types import SimpleNamespace
 
     table = _script("table")
-    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    ae = sources.AutoencoderSpec("weights", "x.h5", "0" * 64)
     s = method_settings("toy", "our")
     res = _result([2, 0, 1], failed=(1,))  # in the order the records came, not the seeds'
     args = SimpleNamespace(max_epochs=None, jobs=1, threads_per_job=None)
@@ -774,7 +774,7 @@ def test_table_cell_leaves_a_failed_seed_out_of_the_scores_and_stays_current():
 def test_table_cell_is_recomputed_when_its_settings_or_seeds_change():
     """config.py's settings or the --seeds changed since the cell ran: it is stale."""
     table = _script("table")
-    ae = sweep.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    ae = sources.AutoencoderSpec("weights", "x.h5", "0" * 64)
     s = method_settings("toy", "our")
     cell = {"settings": sweep.normalized(s), "seeds_requested": [0, 1],
             "autoencoder_id": ae.ident, "max_epochs": None}
@@ -881,7 +881,7 @@ def test_summary_only_keeps_the_dataset_and_the_grid(tmp_path, capsys):
 def test_sweep_retry_errors_plans_the_failed_trials_again(toy_weights, tmp_path, capsys):
     """--dry-run counts what a rerun would skip: a failed trial counts as done, unless
     --retry-errors."""
-    ident = sweep.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+    ident = sources.resolve_autoencoder("toy", weights=str(toy_weights)).ident
     out = tmp_path / "s.jsonl"
     sweep.append_jsonl(out, _toy_rec(ident, 0, 0.5))
     sweep.append_jsonl(out, _toy_rec(ident, 1, None, error="ArpackError"))
@@ -916,7 +916,7 @@ def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(toy_weight
                                                                       capsys, monkeypatch):
     """The closing summary reads the file again (so it holds the trials just run) and ranks
     only the trials of the grid asked for, not every trial in the file."""
-    ident = sweep.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+    ident = sources.resolve_autoencoder("toy", weights=str(toy_weights)).ident
 
     def fake_run_groups(groups, out=None, **kw):
         for g in groups:

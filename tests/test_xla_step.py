@@ -277,12 +277,12 @@ def small_export(tmp_path_factory):
         mod = _load()
         import bench
 
-        from mesc_tf import pipeline
+        from mesc_tf import sources
 
-        load, get_ae, made = bench.load_or_random, pipeline.get_autoencoder, []
+        load, get_ae, made = bench.load_or_random, sources.get_autoencoder, []
         mp.setattr(bench, "load_or_random",
                    lambda name, seed: (lambda x, y, s: (x[:40], y[:40], s))(*load(name, seed)))
-        mp.setattr(pipeline, "get_autoencoder",
+        mp.setattr(sources, "get_autoencoder",
                    lambda *a, **k: made.append(get_ae(*a, **k)) or made[-1])
         mp.setattr(mod, "REF_VALUES", 400)
         from tensorflow.python.framework import config as tf_config  # no public getter

@@ -1,0 +1,128 @@
+"""Which auto-encoder a run starts from, in one place: the options (a TF1 checkpoint, an .h5
+file, a fresh he_normal one, or the project's ``pretrained/<dataset>.h5``), their precedence,
+the content hash that run records and sweep keys store, and the loading.
+
+Sweeps resolve and hash in the parent process and load in the workers, so resolving
+(:func:`resolve_autoencoder`, cheap: paths and a hash) and loading
+(:meth:`AutoencoderSpec.load`, TensorFlow) are separate steps; :func:`get_autoencoder` does both.
+"""
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mesc_tf.config import Architecture
+from mesc_tf.errors import MescError
+
+
+def pretrained_path(dataset: str) -> Path:
+    """The project's own auto-encoder for ``dataset``, which run.py reads and pretrain.py
+    writes by default: ``$MESC_PRETRAINED_DIR/<dataset>.h5``, else the checkout's pretrained/."""
+    folder = os.environ.get("MESC_PRETRAINED_DIR")
+    folder = Path(folder) if folder else Path(__file__).resolve().parents[1] / "pretrained"
+    return folder / f"{dataset}.h5"
+
+
+def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --no-pretrain"):
+    """:func:`pretrained_path` if that file exists, else one MescError that says how to make it
+    or which ``options`` to pass instead."""
+    path = pretrained_path(dataset)
+    if not path.is_file():
+        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
+                        f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
+                        f"or pass {options}")
+    return path
+
+
+def _sha256(paths) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class AutoencoderSpec:
+    """Where a run's auto-encoder comes from; ``ident`` (kind + content hash) is stored in the
+    records, its hash part (:func:`autoencoder_hash`) is in the keys."""
+
+    kind: str  # "pretrained" | "weights" | "tf1" | "none"
+    path: str | None = None
+    sha256: str | None = None
+
+    @property
+    def ident(self) -> str:
+        return "none" if self.kind == "none" else f"{self.kind}:{self.sha256[:16]}"
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether fine-tuning is the same for every seed (weights given, C constant)."""
+        return self.kind != "none"
+
+    def describe(self) -> str:
+        return {"pretrained": f"pretrained {self.path}", "weights": f"weights {self.path}",
+                "tf1": f"TF1 checkpoint {self.path}",
+                "none": "he_normal initialisation (no pretraining)"}[self.kind]
+
+    def load(self, arch: Architecture):
+        """A new auto-encoder for ``arch`` (fine-tuning changes it in place); "none" draws
+        he_normal weights from TF's seed (configure_runtime)."""
+        from mesc_tf.model import ConvAutoEncoder
+        from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
+
+        if self.kind == "tf1":
+            return load_tf1_checkpoint(self.path, arch)
+        if self.kind == "none":
+            return ConvAutoEncoder(arch).build_for_input()
+        return load_autoencoder(self.path, arch)[0]
+
+
+def autoencoder_hash(ident: str) -> str:
+    """The content part of an ``ident`` ("pretrained:523d..." → "523d...", "none" → "none"):
+    what keys compare, so that a file counts the same whether it was named by --weights or
+    taken as the default."""
+    return ident.rpartition(":")[2]
+
+
+def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pretrain=False,
+                        per_dataset=False) -> AutoencoderSpec:
+    """The AutoencoderSpec for these options, in this precedence: ``tf1_checkpoint`` (a prefix,
+    or "original" for the authors' checkpoint of ``dataset``), ``weights`` (.h5), ``no_pretrain``,
+    then ``pretrained/<dataset>.h5``. ``per_dataset``: the command's --weights/--tf1-checkpoint
+    take NAME=PATH (the experiments, several datasets at once), so the messages spell them so."""
+    w, t = ((f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset
+            else ("--weights PATH", "--tf1-checkpoint PREFIX"))
+
+    if tf1_checkpoint:
+        from mesc_tf.weights import tf1_prefix
+
+        prefix = Path(tf1_prefix(dataset, tf1_checkpoint)).expanduser().absolute()
+        index = Path(f"{prefix}.index")
+        data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
+        if not index.is_file() or not data:
+            raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
+                            f"{prefix.name}.data-*); give the prefix without .index/.data")
+        return AutoencoderSpec("tf1", str(prefix), _sha256([index, *data]))
+    if weights:
+        from mesc_tf.weights import require_h5
+
+        path = require_h5(Path(weights).expanduser().absolute(), w)
+        return AutoencoderSpec("weights", str(path), _sha256([path]))
+    if no_pretrain:
+        return AutoencoderSpec("none")
+    if not dataset:
+        raise MescError("an auto-encoder needs one of dataset=, weights=, tf1_checkpoint= or "
+                        "no_pretrain=True to say which one")
+    path = require_pretrained(dataset, f"{w}, {t} or --no-pretrain")
+    return AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path]))
+
+
+def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_checkpoint=None,
+                    no_pretrain=False):
+    """The auto-encoder to fine-tune (:func:`resolve_autoencoder`'s options and precedence)
+    and a line saying where its weights came from."""
+    spec = resolve_autoencoder(dataset, weights, tf1_checkpoint, no_pretrain)
+    return spec.load(arch), spec.describe()
