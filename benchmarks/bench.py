@@ -396,7 +396,7 @@ def main(argv=None):
     if args.one:
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
-    from mesc_tf import cli, pipeline, provenance
+    from mesc_tf import cli, memory, provenance
     from mesc_tf.files import atomic_write_text
 
     if args.json:  # before the long runs, not after
@@ -405,7 +405,7 @@ def main(argv=None):
     given = argv if argv is not None else sys.argv[1:]
     report = {"command": " ".join(["benchmarks/bench.py", *given]),
               "machine": provenance.machine(),
-              "tf_cpu_allocator": "bfc" if pipeline.bfc_allocator() else "default",
+              "tf_cpu_allocator": "bfc" if memory.bfc_allocator() else "default",
               "issue_original": ISSUE, "results": []}
     with tempfile.TemporaryDirectory() as tmp:
         coefs = ({name: Path(args.coef) / f"{name}.npy" for name in args.datasets} if args.coef

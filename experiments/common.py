@@ -272,7 +272,7 @@ def load_data(name: str, args) -> Data:
     """A dataset, optionally cut to its first ``--classes`` classes and ``--per-class`` samples
     per class (file order kept), labels renumbered 1..K. A missing file raises
     ``data.MissingDataError``."""
-    from mesc_tf import data, pipeline
+    from mesc_tf import data, memory
 
     ds = data.load_dataset(name, args.data_dir)
     x, y = ds.x, ds.y
@@ -288,7 +288,7 @@ def load_data(name: str, args) -> Data:
         if len(x) < 2:
             raise MescError(f"{name}: the subset --classes {classes} --per-class {per_class} "
                             "leaves fewer than 2 samples; keep more")
-    pipeline.check_memory(len(x), get_config(name).arch)
+    memory.check_memory(len(x), get_config(name).arch)
     return Data(name, x, y.astype(np.int64), int(len(np.unique(y))),
                 {"classes": classes, "per_class": per_class})
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
-from mesc_tf import cli, provenance, sources  # noqa: E402
+from mesc_tf import cli, memory, provenance, sources  # noqa: E402
 from mesc_tf.config import INITIALIZERS, get_config, pretrain_problem  # noqa: E402
 
 
@@ -189,7 +189,7 @@ def main(argv=None, cleanup=None):
         before = None
         seed = args.seed or 0
         requested = args.batch_size if args.batch_size is not None else schedule.batch_size
-        batch_size = pipeline.pretrain_batch_size(len(ds.x), cfg.arch, requested)
+        batch_size = memory.pretrain_batch_size(len(ds.x), cfg.arch, requested)
         if batch_size is not None and requested is None:
             print(f"the activations of all {len(ds.x)} images do not fit in the available "
                   f"memory: {batch_size} images per step")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
-from mesc_tf import cli, files, provenance, sources  # noqa: E402
+from mesc_tf import cli, files, memory, provenance, sources  # noqa: E402
 from mesc_tf.config import METHODS, POST_FIELDS, POST_METHODS  # noqa: E402
 from mesc_tf.files import read_backup_state  # noqa: E402
 
@@ -73,7 +73,7 @@ def main(argv=None, cleanup=None):
     t0 = time.perf_counter()
     ds = data.load_dataset(args.dataset, args.data_dir)
     load_s = time.perf_counter() - t0
-    pipeline.check_memory(len(ds.x), cfg.arch, settings.subspace_dim * ds.n_clusters + 1)
+    memory.check_memory(len(ds.x), cfg.arch, settings.subspace_dim * ds.n_clusters + 1)
     out, made = cli.prepare_out_dir(
         args.out, f"{args.dataset}-{settings.framework}-{settings.regularizer}-seed{args.seed}",
         force=args.force, resume=args.resume)

@@ -245,7 +245,7 @@ class Pretrain:
     layer's mean |activation| is that value (or each its own, given one per hidden layer),
     which changes no reconstruction (``training.rescale_activations``). ``batch_size``: images
     per step (``training.minibatches``); None: the whole set where its activations fit in
-    memory, else the largest batch that fits (``pipeline.pretrain_batch_size``). Every count
+    memory, else the largest batch that fits (``memory.pretrain_batch_size``). Every count
     above is in steps, and with minibatches the error they watch is each step's batch's."""
 
     lr: float = 1e-3

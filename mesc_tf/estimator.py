@@ -28,7 +28,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from mesc_tf import sources
+from mesc_tf import memory, sources
 from mesc_tf.config import (POST_METHODS, Architecture, Pretrain, Settings, check_post_method,
                             check_seed, get_config, is_whole, pretrain_problem)
 from mesc_tf.data import validate_images
@@ -293,7 +293,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         else:
             x = self._validate_images(X, n_clusters=k)
             arch = self._architecture(x.shape[1:3])
-        pipeline.check_memory(len(x), arch, settings.subspace_dim * k + 1)
+        memory.check_memory(len(x), arch, settings.subspace_dim * k + 1)
 
         # The order of experiments/pretrain.py followed by experiments/run.py.
         configure_runtime(seed)

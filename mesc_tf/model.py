@@ -169,6 +169,10 @@ class _OwnLossModel(keras.Model):
     def build(self, input_shape=None):
         self.autoencoder.build()
 
+    def get_config(self):
+        return {**super().get_config(),
+                "autoencoder": keras.saving.serialize_keras_object(self.autoencoder)}
+
     def compile(self, optimizer="rmsprop", **kwargs):
         given = [k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
                  if kwargs.get(k) is not None]
@@ -223,8 +227,9 @@ class MESCNet(_OwnLossModel):
     ``fit(x)`` runs one Adam step per epoch on the n images of ``x`` as one batch, in their
     order (row i of C is sample i), so ``fit``, ``evaluate`` and ``predict`` take an array's
     batch_size as n and fit does not shuffle it; a dataset must yield the n images in order
-    (``training.full_batch``). The settings are fixed at construction. The loss terms are logged as ``recon`` (with its ``recon_scale``, which the released graphs
-    build into the term), ``reg`` and ``selfexp`` (without reg1, reg2) and ``loss``.
+    (``training.full_batch``). The settings are fixed at construction. The loss terms are
+    logged as ``recon`` (with its ``recon_scale``, which the released graphs build into the
+    term), ``reg`` and ``selfexp`` (without reg1, reg2) and ``loss``.
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, n_samples: int, settings: Settings,
@@ -271,9 +276,8 @@ class MESCNet(_OwnLossModel):
         return n
 
     def get_config(self):
-        return {**super().get_config(),
-                "autoencoder": keras.saving.serialize_keras_object(self.autoencoder),
-                "n_samples": self.self_expression.n_samples, "settings": self.settings.to_dict()}
+        return {**super().get_config(), "n_samples": self.self_expression.n_samples,
+                "settings": self.settings.to_dict()}
 
     def call(self, x):
         """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
@@ -346,10 +350,6 @@ class PretrainNet(_OwnLossModel):
 
     def call(self, x):
         return self.autoencoder(x)
-
-    def get_config(self):
-        return {**super().get_config(),
-                "autoencoder": keras.saving.serialize_keras_object(self.autoencoder)}
 
     def train_step(self, data):
         x = self._images(data)

@@ -17,9 +17,10 @@ score. Trials are not run one by one; they are grouped so that each fine-tuning 
 
 So a training *group* is one value of the training fields other than ``epochs``
 (:data:`mesc_tf.config.TRAIN_FIELDS`), trained for the largest requested step count; all its
-trials are then clustered in the same process. Groups run in parallel worker processes (joblib, loky backend:
-each worker imports TensorFlow once and runs many groups; with more than one job every worker is
-limited to ``threads`` TF and BLAS threads so that the jobs do not fight for the cores).
+trials are then clustered in the same process. Groups run in parallel worker processes (joblib,
+loky backend: each worker imports TensorFlow once and runs many groups; with more than one job
+every worker is limited to ``threads`` TF and BLAS threads so that the jobs do not fight for the
+cores).
 
 With a C cache (``coef_cache``, a folder) each trained C is also kept on disk under a key of
 everything it depends on (:func:`coef_cache_key`), and a later group whose C's are all there
@@ -29,8 +30,9 @@ Every finished trial is appended to a JSON-lines file as one line (``append_json
 one write, flush and fsync), so a kill loses only the trials still running. A trial's key is its
 dataset, the content hash of its auto-encoder, its full Settings and its seed; a rerun skips
 every trial whose key is already in the file (``done_keys``), so an interrupted sweep resumes.
-Training and clustering are the pipeline's own (``sources.get_autoencoder``,
-``pipeline.fine_tune``, ``pipeline.cluster``, ``metrics.evaluate``): nothing is re-implemented.
+The auto-encoder is resolved and hashed here, in the parent, and loaded in the workers
+(:mod:`mesc_tf.sources`); training and clustering are the pipeline's own
+(``pipeline.fine_tune``, ``pipeline.cluster``, ``metrics.evaluate``): nothing is re-implemented.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mesc_tf import memory
 from mesc_tf.config import TRAIN_FIELDS, Settings, check_seed
 from mesc_tf.errors import MescError, one_line
 from mesc_tf.files import size_text
@@ -486,7 +489,7 @@ def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) 
         return _Trained(snaps, time.perf_counter() - start, 0.0, 0, "read")
     cfg = get_config(dataset)
     need = training_memory(n, cfg.arch, len(steps))
-    if need > pipeline.available_memory():
+    if need > memory.available_memory():
         raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
                         f"{size_text(need)}; sweep fewer epochs values at once or use --jobs 1")
     configure_runtime(group.init_seed)
@@ -571,19 +574,18 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
 def training_memory(n, arch, n_snapshots):
     """Bytes one training of a group needs: a run's estimate plus 4n² for every snapshot of C
     (one per epochs value of the group) but one."""
-    from mesc_tf import pipeline
+    from mesc_tf import memory
 
-    return pipeline.memory_estimate(n, arch) + 4 * n * n * max(n_snapshots - 1, 0)
+    return memory.memory_estimate(n, arch) + 4 * n * n * max(n_snapshots - 1, 0)
 
 
 def memory_check(dataset, n_jobs, n_snapshots):
     """Refuse a parallel run whose workers together would not fit in memory."""
-    from mesc_tf import pipeline
     from mesc_tf.config import get_config
 
     cfg = get_config(dataset)
     need = n_jobs * training_memory(cfg.n_samples, cfg.arch, n_snapshots)
-    have = pipeline.available_memory()
+    have = memory.available_memory()
     if need > have:
         raise MescError(f"{n_jobs} jobs on {dataset} need about {size_text(need)} but "
                         f"{size_text(have)} is available; use fewer --jobs or fewer epochs "

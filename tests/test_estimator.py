@@ -13,7 +13,7 @@ from sklearn.base import clone
 from sklearn.utils import estimator_checks
 
 import mesc_tf
-from mesc_tf import MESCClustering, pipeline, save_autoencoder, sources
+from mesc_tf import MESCClustering, memory, pipeline, save_autoencoder, sources
 from mesc_tf.config import Architecture, Pretrain, Settings, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.estimator import default_architecture
@@ -332,7 +332,7 @@ def test_fit_warns_when_clusters_are_left_empty(images, monkeypatch):
 def test_random_state_none_draws_a_seed_from_numpy(images, monkeypatch):
     """None seeds from NumPy's global generator (scikit-learn's meaning), also where
     pretraining takes minibatches, whose order needs a seed."""
-    monkeypatch.setattr(pipeline, "pretrain_batch_size", lambda n, arch, requested=None: 20)
+    monkeypatch.setattr(memory, "pretrain_batch_size", lambda n, arch, requested=None: 20)
 
     def coef(global_seed, random_state=None):
         np.random.seed(global_seed)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from mesc_tf import pipeline, sources
+from mesc_tf import memory, pipeline, sources
 from mesc_tf.config import Architecture, Pretrain
 from mesc_tf.errors import MescError
 from mesc_tf.model import ConvAutoEncoder
@@ -263,15 +263,15 @@ def test_a_checkpoint_of_a_finished_run_resumes_without_a_step(x, tmp_path, stop
 
 
 def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeypatch):
-    size = pipeline.pretrain_batch_size
-    per_image = pipeline._training_bytes_per_image(ARCH)
+    size = memory.pretrain_batch_size
+    per_image = memory._training_bytes_per_image(ARCH)
     assert size(40, ARCH) is None  # plenty of memory here
     assert size(40, ARCH, 16) == 16 and size(40, ARCH, 40) is None and size(40, ARCH, 99) is None
-    base = pipeline.RUNTIME_BYTES + 4 * 40 * 16 * 16  # the runtime and the images
-    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, str(int(base + 10.5 * per_image)))
+    base = memory.RUNTIME_BYTES + 4 * 40 * 16 * 16  # the runtime and the images
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, str(int(base + 10.5 * per_image)))
     assert size(40, ARCH) == 10
     assert size(40, ARCH, 40) is None  # asked for: the user's call
-    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, str(int(base + 0.5 * per_image)))
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, str(int(base + 0.5 * per_image)))
     with pytest.raises(MescError, match="even one image per step"):
         size(40, ARCH)
     with pytest.raises(MescError, match="batch size must be >= 1"):

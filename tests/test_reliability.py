@@ -269,10 +269,10 @@ def test_run_bad_input(case, files, tmp_path, capsys, monkeypatch):
 
 
 def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
-    from mesc_tf import pipeline
+    from mesc_tf import memory
 
-    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1000")
-    need = pipeline.memory_estimate(120, get_config("orl").arch)
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, "1000")
+    need = memory.memory_estimate(120, get_config("orl").arch)
     code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out", tmp_path / "r"],
                           capsys)
     assert code == 2
@@ -280,7 +280,7 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
                           "1000 bytes is available (the cap MESC_MEMORY_LIMIT_BYTES sets)")
     assert not list(tmp_path.iterdir())
     for value in ("lots", "-1", "0"):
-        monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, value)
+        monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, value)
         code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out",
                                     tmp_path / "r"], capsys)
         assert code == 2
@@ -290,40 +290,40 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
 def test_memory_limit_only_lowers_what_is_available(monkeypatch):
     """MESC_MEMORY_LIMIT_BYTES is a cap: above the machine's memory it changes nothing (it
     replaced the figure before, so a large value switched the check off)."""
-    from mesc_tf import pipeline
+    from mesc_tf import memory
 
-    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1e15")
-    assert pipeline.available_memory() < 10**15
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, "1e15")
+    assert memory.available_memory() < 10**15
     with pytest.raises(MescError, match="B is available; use a subset"):
-        pipeline.check_memory(10**6, get_config("mnist").arch)  # ~4 TB, cap or no cap
-    monkeypatch.setenv(pipeline.MEMORY_LIMIT_ENV, "1e6")
-    assert pipeline.available_memory() == 10**6
+        memory.check_memory(10**6, get_config("mnist").arch)  # ~4 TB, cap or no cap
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, "1e6")
+    assert memory.available_memory() == 10**6
 
 
 def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
     """With TF's BFC allocator the pool fine-tuning grew stays resident during post-clustering,
     so the two stages add up. MNIST-10k end to end measured 3.81 GiB without the pool and
     5.17 GiB with it (session 18; benchmarks/README.md, "Notes behind the README's table")."""
-    from mesc_tf import pipeline
+    from mesc_tf import memory
 
     arch = get_config("mnist").arch
     for value in ("false", "0", ""):
-        monkeypatch.setenv(pipeline.BFC_ENV, value)
-        assert not pipeline.bfc_allocator()
-        assert 3.6 < pipeline.memory_estimate(10000, arch) / 2**30 < 4.0
+        monkeypatch.setenv(memory.BFC_ENV, value)
+        assert not memory.bfc_allocator()
+        assert 3.6 < memory.memory_estimate(10000, arch) / 2**30 < 4.0
     for value in ("true", "1", "True"):
-        monkeypatch.setenv(pipeline.BFC_ENV, value)
-        assert pipeline.bfc_allocator()
-        assert 5.1 < pipeline.memory_estimate(10000, arch) / 2**30 < 5.5
+        monkeypatch.setenv(memory.BFC_ENV, value)
+        assert memory.bfc_allocator()
+        assert 5.1 < memory.memory_estimate(10000, arch) / 2**30 < 5.5
 
 
 def test_memory_estimate_covers_a_measured_peak():
     """COIL20, whose codes (p = 3840) outnumber its images: `/usr/bin/time -v python
     experiments/run.py --dataset coil20 --epochs 5 --quiet --out DIR` peaked at 1110 MiB
     (session 46), over the 1011 MiB estimated before the n × p terms were counted."""
-    from mesc_tf import pipeline
+    from mesc_tf import memory
 
-    assert pipeline.memory_estimate(1440, get_config("coil20").arch) >= 1110 * 2**20
+    assert memory.memory_estimate(1440, get_config("coil20").arch) >= 1110 * 2**20
 
 
 def test_jit_with_the_nuclear_norm_is_refused():
