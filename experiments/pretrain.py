@@ -90,11 +90,117 @@ def parse_args(argv=None):
     return args
 
 
+def _resumed_run(args, ckpt, schedule, n_images):
+    """What the checkpoint's run fixed, from its run.json, checked against this command's
+    options: (recorded, the backup state, seed, batch size, schedule). The batch size and seed
+    fix the order of minibatches, so a resumed run must keep them; an option that contradicts
+    the checkpoint (it restores the weights, and the learning rate they had reached) is refused.
+    """
+    from mesc_tf.errors import MescError
+    from mesc_tf.files import read_backup_state
+
+    run_file = ckpt / "run.json"
+    try:  # no run.json: a checkpoint from before minibatches, so full batch, start unknown
+        raw = json.loads(run_file.read_text()) if run_file.exists() else {}
+        recorded = {k: raw.get(k) for k in ("batch_size", "seed", "lr", "initializer",
+                                            "init", "dataset", "checkpoint_every")}
+        known = set(raw)  # a key set to None: the whole set, no --init, no initializer
+        ok = {"batch_size": lambda v: not pretrain_problem("batch_size", v),
+              "seed": lambda v: isinstance(v, int) and v >= 0,
+              "lr": lambda v: not pretrain_problem("lr", v),
+              "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str),
+              "dataset": lambda v: isinstance(v, str),
+              "checkpoint_every": lambda v: isinstance(v, int) and v >= 1}
+        if not all(recorded[k] is None or ok[k](recorded[k]) for k in recorded):
+            raise ValueError
+    except (ValueError, AttributeError):
+        raise MescError(f"cannot read {run_file}, the batch size, seed and start of the "
+                        f"checkpoint's run; delete {ckpt} (or pass --force without --resume) "
+                        "to start over") from None
+    if recorded["dataset"] not in (None, args.dataset):  # None: an older run.json
+        raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
+                        f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
+                        "pass --force without --resume to start over")
+    before = read_backup_state(ckpt)  # the steps kept and their seconds
+    step = before["epoch"]
+    if step > schedule.max_steps:
+        raise MescError(f"the checkpoint {ckpt} is at step {step}, past --max-steps "
+                        f"{schedule.max_steps}; resume with --max-steps {step} or more")
+    if args.checkpoint_every is None:  # keep saving as the interrupted run did
+        args.checkpoint_every = recorded["checkpoint_every"]
+    for name in ("batch_size", "seed", "lr", "initializer", "init"):
+        shown = given = getattr(args, name)
+        kept = recorded[name]
+        # None where the key is missing: an older run.json, which did not record it.
+        if given is None or (kept is None and name not in known):
+            continue
+        if name == "batch_size" and given >= n_images:
+            given = None  # the whole set, recorded as None
+        if name == "init" and kept is not None:
+            given, kept = Path(given).resolve(), Path(kept).resolve()
+        if given != kept:
+            was = kept if kept is not None else {
+                "batch_size": "full batch", "init": "fresh start (no --init)"}.get(name, "none")
+            raise MescError(f"--{name.replace('_', '-')} {shown} differs from the {was} the "
+                            f"checkpoint {ckpt} was made with; resume without it")
+    seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
+    batch_size = recorded["batch_size"]
+    # The schedule the checkpoint's run started with (the rate also bounds its halving).
+    schedule = schedule.replace(**{k: recorded[k] for k in ("lr", "initializer")
+                                   if recorded[k] is not None})
+    return recorded, before, seed, batch_size, schedule
+
+
+def _metadata(args, cfg, n_images, schedule, recorded, seed, batch_size, info, init_meta,
+              resumed_at, seconds) -> dict:
+    """What the .h5 file records about the run that made it."""
+    return {
+        "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
+        "n_samples": n_images, "seed": seed,
+        # The run's start: first rate (final_lr: its last) and initializer; after a resume, as
+        # the checkpoint's run.json recorded them (None where it predates that).
+        "lr": recorded["lr"],
+        "batch_size": batch_size,  # None: the whole set every step
+        "max_steps": schedule.max_steps, "patience": schedule.patience,
+        "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
+        "target": schedule.target,
+        "initializer": recorded["initializer"],
+        "steps": info["steps"], "best_step": info["best_step"], "final_lr": info["final_lr"],
+        # On a resume, the command is this process's; the steps before it ran with the
+        # options of the process that wrote the checkpoint.
+        "resumed_at_step": resumed_at,
+        # A warm start: the steps above come on top of the initial file's (after a resume,
+        # its path only).
+        "init": {"path": recorded["init"], "metadata": init_meta} if recorded["init"] else None,
+        "activation_scale": schedule.activation_scale,
+        "activation_factors": info["activation_factors"],
+        "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],
+        # Per layer, the fraction of positions at which each channel is on (ReLU > 0).
+        "channel_activity": info["channel_activity"],
+        # This process's seconds plus the recorded training time of the steps it resumed.
+        "seconds": seconds,
+        "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
+        "versions": provenance.versions(),
+    }
+
+
+def _report(info, out, schedule):
+    """The closing lines: steps, error, dead or rarely active channels, the file written."""
+    rare = {name: [c for c, a in enumerate(act) if a < 0.01]
+            for name, act in info["channel_activity"].items()}
+    rare = ", ".join(f"{name} {cs}" for name, cs in rare.items() if cs) or "none"
+    print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
+          f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}, "
+          f"channels on at < 1 % of positions: {rare}; wrote {out}")
+    if info["steps"] and not info["best_step"]:
+        print(f"note: no step improved on the starting weights, so they were kept; a converged "
+              f"--init may need a lower --lr than {schedule.lr:g}")
+
+
 def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
     from mesc_tf.errors import MescError
-    from mesc_tf.files import read_backup_state
     from mesc_tf.weights import check_autoencoder_file
 
     cfg = get_config(args.dataset)
@@ -135,56 +241,8 @@ def main(argv=None, cleanup=None):
     # resumed file's metadata.
     run_file = ckpt / "run.json"
     if args.resume:
-        try:  # no run.json: a checkpoint from before minibatches, so full batch, start unknown
-            raw = json.loads(run_file.read_text()) if run_file.exists() else {}
-            recorded = {k: raw.get(k) for k in ("batch_size", "seed", "lr", "initializer",
-                                                "init", "dataset", "checkpoint_every")}
-            known = set(raw)  # a key set to None: the whole set, no --init, no initializer
-            ok = {"batch_size": lambda v: not pretrain_problem("batch_size", v),
-                  "seed": lambda v: isinstance(v, int) and v >= 0,
-                  "lr": lambda v: not pretrain_problem("lr", v),
-                  "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str),
-                  "dataset": lambda v: isinstance(v, str),
-                  "checkpoint_every": lambda v: isinstance(v, int) and v >= 1}
-            if not all(recorded[k] is None or ok[k](recorded[k]) for k in recorded):
-                raise ValueError
-        except (ValueError, AttributeError):
-            raise MescError(f"cannot read {run_file}, the batch size, seed and start of the "
-                            f"checkpoint's run; delete {ckpt} (or pass --force without --resume) "
-                            "to start over") from None
-        # The same command with --resume carries on; an option that contradicts the checkpoint
-        # (it restores the weights, and the learning rate they had reached) is refused.
-        if recorded["dataset"] not in (None, args.dataset):  # None: an older run.json
-            raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
-                            f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
-                            "pass --force without --resume to start over")
-        before = read_backup_state(ckpt)  # the steps kept and their seconds
-        step = before["epoch"]
-        if step > schedule.max_steps:
-            raise MescError(f"the checkpoint {ckpt} is at step {step}, past --max-steps "
-                            f"{schedule.max_steps}; resume with --max-steps {step} or more")
-        if args.checkpoint_every is None:  # keep saving as the interrupted run did
-            args.checkpoint_every = recorded["checkpoint_every"]
-        for name in ("batch_size", "seed", "lr", "initializer", "init"):
-            shown = given = getattr(args, name)
-            kept = recorded[name]
-            # None where the key is missing: an older run.json, which did not record it.
-            if given is None or (kept is None and name not in known):
-                continue
-            if name == "batch_size" and given >= len(ds.x):
-                given = None  # the whole set, recorded as None
-            if name == "init" and kept is not None:
-                given, kept = Path(given).resolve(), Path(kept).resolve()
-            if given != kept:
-                was = kept if kept is not None else {
-                    "batch_size": "full batch", "init": "fresh start (no --init)"}.get(name, "none")
-                raise MescError(f"--{name.replace('_', '-')} {shown} differs from the {was} the "
-                                f"checkpoint {ckpt} was made with; resume without it")
-        seed = recorded["seed"] if recorded["seed"] is not None else args.seed or 0
-        batch_size = recorded["batch_size"]
-        # The schedule the checkpoint's run started with (the rate also bounds its halving).
-        schedule = schedule.replace(**{k: recorded[k] for k in ("lr", "initializer")
-                                       if recorded[k] is not None})
+        recorded, before, seed, batch_size, schedule = _resumed_run(args, ckpt, schedule,
+                                                                    len(ds.x))
     else:
         before = None
         seed = args.seed or 0
@@ -220,46 +278,13 @@ def main(argv=None, cleanup=None):
     if info["relative_error"] >= 1:  # an auto-encoder that outputs 0 scores 1
         print(f"warning: relative reconstruction error {info['relative_error']:.4g} >= 1: this "
               "auto-encoder reconstructs nothing; train longer or lower --lr", file=sys.stderr)
-    meta = {
-        "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
-        "n_samples": len(ds.x), "seed": seed,
-        # The run's start: first rate (final_lr: its last) and initializer; after a resume, as
-        # the checkpoint's run.json recorded them (None where it predates that).
-        "lr": recorded["lr"],
-        "batch_size": batch_size,  # None: the whole set every step
-        "max_steps": schedule.max_steps, "patience": schedule.patience,
-        "min_delta": schedule.min_delta, "lr_patience": schedule.lr_patience,
-        "target": schedule.target,
-        "initializer": recorded["initializer"],
-        "steps": info["steps"], "best_step": info["best_step"], "final_lr": info["final_lr"],
-        # On a resume, the command is this process's; the steps before it ran with the
-        # options of the process that wrote the checkpoint.
-        "resumed_at_step": resumed_at,
-        # A warm start: the steps above come on top of the initial file's (after a resume,
-        # its path only).
-        "init": {"path": recorded["init"], "metadata": init_meta} if recorded["init"] else None,
-        "activation_scale": schedule.activation_scale,
-        "activation_factors": info["activation_factors"],
-        "relative_error": info["relative_error"], "dead_channels": info["dead_channels"],
-        # Per layer, the fraction of positions at which each channel is on (ReLU > 0).
-        "channel_activity": info["channel_activity"],
-        # This process's seconds plus the recorded training time of the steps it resumed.
-        "seconds": time.perf_counter() - start + earlier_s,
-        "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
-        "versions": provenance.versions(),
-    }
+    seconds = time.perf_counter() - start + earlier_s  # with the steps it resumed
+    meta = _metadata(args, cfg, len(ds.x), schedule, recorded, seed, batch_size, info,
+                     init_meta, resumed_at, seconds)
     save_autoencoder(ae, out, meta)
     if backup is not None:  # the result is safe; its checkpoint would only be stale now
         shutil.rmtree(backup, ignore_errors=True)
-    rare = {name: [c for c, a in enumerate(act) if a < 0.01]
-            for name, act in info["channel_activity"].items()}
-    rare = ", ".join(f"{name} {cs}" for name, cs in rare.items() if cs) or "none"
-    print(f"steps {info['steps']} (best {info['best_step']}), relative reconstruction error "
-          f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}, "
-          f"channels on at < 1 % of positions: {rare}; wrote {out}")
-    if info["steps"] and not info["best_step"]:
-        print(f"note: no step improved on the starting weights, so they were kept; a converged "
-              f"--init may need a lower --lr than {schedule.lr:g}")
+    _report(info, out, schedule)
     return meta
 
 
