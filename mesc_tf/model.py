@@ -16,12 +16,16 @@ and ``keras.models.load_model`` work once this module is imported. The project's
 auto-encoder files (:mod:`mesc_tf.weights`) stay the format of ``pretrained/``.
 """
 
+import inspect
+import warnings
+
 import keras
+import numpy as np
 import tensorflow as tf
 
 from mesc_tf import losses
-from mesc_tf.config import Architecture, Settings, encoder_sizes
-from mesc_tf.errors import MescError
+from mesc_tf.config import Architecture, Settings, encoder_sizes, is_whole
+from mesc_tf.errors import MescError, MescWarning
 
 
 def transposed_output_padding(size_in, size_out):
@@ -51,9 +55,51 @@ def _require_float32(model):
                             "keras.config.set_dtype_policy('float32') before making the model")
 
 
+def _named(method, args, kwargs) -> dict:
+    """The arguments of Keras' ``method`` as given, positional ones too, by name: what the
+    overrides below check before passing them on (a TypeError where Keras would raise one)."""
+    named = dict(inspect.signature(method).bind(None, *args, **kwargs).arguments)
+    named.pop("self")
+    named.update(named.pop("kwargs", {}))
+    return named
+
+
 def _is_array(x):
     """An in-memory array (NumPy, TF tensor, ...), for which fit and co. take batch_size."""
     return x is not None and hasattr(x, "shape") and not isinstance(x, tf.data.Dataset)
+
+
+def _check_images(model, x):
+    """What fit, evaluate and predict refuse at once: images in a dict or list (Keras' errors
+    then blamed the shapes), and NaN or inf pixels (they made every weight NaN, but C stayed
+    finite and clustered without a word). Datasets are checked by the step."""
+    name = type(model).__name__
+    if isinstance(x, (dict, list, tuple)):
+        raise MescError(f"{name} takes its images as one array (n, h, w, 1) or a dataset of "
+                        f"such batches, got a {type(x).__name__}")
+    if _is_array(x):
+        pixels = np.asarray(x)
+        if pixels.dtype.kind == "f" and not np.isfinite(pixels).all():
+            raise MescError(f"the images given to {name} hold NaN or inf pixels; clean or drop "
+                            "those images first")
+
+
+def _op_determinism() -> bool:
+    from tensorflow.python.framework.config import is_op_determinism_enabled  # no public getter
+
+    return is_op_determinism_enabled()
+
+
+def _shuffled(dataset) -> bool:
+    """Whether a tf.data pipeline has a shuffle step (through its private ``_inputs``; False
+    where TF changes that)."""
+    stack = [dataset]
+    while stack:
+        d = stack.pop()
+        if "Shuffle" in type(d).__name__:
+            return True
+        stack.extend(getattr(d, "_inputs", lambda: [])())
+    return False
 
 
 @_serializable
@@ -173,32 +219,54 @@ class _OwnLossModel(keras.Model):
         return {**super().get_config(),
                 "autoencoder": keras.saving.serialize_keras_object(self.autoencoder)}
 
-    def compile(self, optimizer="rmsprop", **kwargs):
-        given = [k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
-                 if kwargs.get(k) is not None]
+    def compile(self, *args, **kwargs):
+        named = _named(keras.Model.compile, args, kwargs)
+        own = ("loss", "loss_weights", "metrics", "weighted_metrics")
+        given = [k for k in own if named.get(k)]
         if given:
             raise MescError(f"{type(self).__name__} trains on its own loss and logs its terms; "
                             f"compile takes no {', '.join(given)}")
-        if kwargs.get("jit_compile") is True:
-            from tensorflow.python.framework.config import is_op_determinism_enabled
-
-            if is_op_determinism_enabled():  # Keras would warn and compile without XLA
-                raise MescError("jit_compile=True under TF's op determinism, where Keras "
-                                "compiles nothing with XLA: call mesc_tf.training."
-                                "configure_runtime(deterministic=False) first")
-        super().compile(optimizer=optimizer, **kwargs)
+        # An empty list asks for nothing, but Keras would make a metric that is never built.
+        named.update({k: None for k in own if k in named})
+        if named.get("jit_compile") is True and _op_determinism():
+            raise MescError("jit_compile=True under TF's op determinism, where Keras compiles "
+                            "nothing with XLA: call mesc_tf.training.configure_runtime("
+                            "deterministic=False) first")
+        super().compile(**named)
 
     def compile_from_config(self, config):
         # Keras' own skips the compile of a model that overrides compile (load_model).
-        self.compile(**keras.saving.deserialize_keras_object(config))
+        config = keras.saving.deserialize_keras_object(config)
+        if config.get("jit_compile") is True and _op_determinism():
+            warnings.warn(f"this {type(self).__name__} was compiled with jit_compile=True; under "
+                          "op determinism it runs without XLA", MescWarning, stacklevel=2)
+            config["jit_compile"] = False
+        self.compile(**config)
         self.optimizer.build(self.trainable_variables)
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, **kwargs):
-        if kwargs.get("sample_weight") is not None or kwargs.get("class_weight") is not None:
+    def load_weights(self, filepath, *args, **kwargs):
+        # Keras skips the file's optimizer state (Adam's slots and step count) while the
+        # optimizer is unbuilt, as it is before the first step: build it first.
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.trainable_variables)
+        return super().load_weights(filepath, *args, **kwargs)
+
+    def fit(self, *args, **kwargs):
+        named = _named(keras.Model.fit, args, kwargs)
+        _check_images(self, named.get("x"))
+        if named.get("sample_weight") is not None or named.get("class_weight") is not None:
             raise self._weights_refused()
-        if not _is_array(x):  # Keras ignores shuffle for a dataset, but warns if it is True
-            kwargs.setdefault("shuffle", False)
-        steps, per_call = kwargs.get("steps_per_epoch"), getattr(self, "steps_per_execution", 1)
+        for cb in named.get("callbacks") or ():
+            if isinstance(cb, keras.callbacks.BackupAndRestore) and cb.save_freq != "epoch":
+                # Keras then saves the epoch in progress and runs it again on resuming: here
+                # one epoch is one step, so the resumed run would take that step twice.
+                raise MescError("BackupAndRestore with save_freq="
+                                f"{cb.save_freq!r} would repeat a step on resuming; one epoch "
+                                "is one step here, so use save_freq='epoch'")
+        if not _is_array(named.get("x")):  # Keras ignores shuffle for a dataset, but warns
+            named.setdefault("shuffle", False)  # if it is True
+        steps, per_call = named.get("steps_per_epoch"), getattr(self, "steps_per_execution", 1)
         if steps and per_call > 1 and steps % per_call:
             # Keras runs whole executions: on a repeated dataset, steps_per_epoch 1 with
             # steps_per_execution 3 makes 3 steps per epoch.
@@ -206,7 +274,17 @@ class _OwnLossModel(keras.Model):
             raise MescError(f"steps_per_epoch {steps} is not a multiple of "
                             f"steps_per_execution {per_call}: Keras runs whole executions, "
                             f"{ran} steps per epoch here; make it a multiple")
-        return super().fit(x, y, batch_size, epochs, **kwargs)
+        return super().fit(**named)
+
+    def evaluate(self, *args, **kwargs):
+        named = _named(keras.Model.evaluate, args, kwargs)
+        _check_images(self, named.get("x"))
+        return super().evaluate(**named)
+
+    def predict(self, *args, **kwargs):
+        named = _named(keras.Model.predict, args, kwargs)
+        _check_images(self, named.get("x"))
+        return super().predict(**named)
 
     def _images(self, data):
         """The images of a batch as float32 (uint8 pixels, say), refusing sample weights."""
@@ -235,6 +313,9 @@ class MESCNet(_OwnLossModel):
     def __init__(self, autoencoder: ConvAutoEncoder, n_samples: int, settings: Settings,
                  **kwargs):
         super().__init__(autoencoder, **kwargs)
+        if not (is_whole(n_samples) and n_samples >= 1):
+            raise MescError(f"n_samples must be a whole number >= 1 (the images C links), got "
+                            f"{n_samples!r}")
         if isinstance(settings, dict):  # from_config
             settings = Settings(**settings)
         self._settings = settings
@@ -250,30 +331,67 @@ class MESCNet(_OwnLossModel):
     def coef(self):
         return self.self_expression.coef
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, **kwargs):
+    def fit(self, *args, **kwargs):
+        named = _named(keras.Model.fit, args, kwargs)
+        x = named.get("x")
         if _is_array(x):
-            if kwargs.get("shuffle"):
+            if named.get("shuffle"):
                 raise MescError("MESCNet cannot shuffle its samples (row i of C is sample i); "
                                 "fit with shuffle=False, its default here")
-            kwargs["shuffle"] = False
-            batch_size = self._full_batch(x, batch_size)
-        return super().fit(x, y, batch_size, epochs, **kwargs)
+            if named.get("validation_split"):
+                raise MescError("MESCNet trains on all its samples: validation_split would "
+                                "hold some out; pass validation_data instead")
+            if named.get("steps_per_epoch") not in (None, 1):
+                raise MescError("an array is one step per epoch (all samples, one batch): "
+                                "use epochs=, or full_batch(x) with steps_per_epoch")
+            named["shuffle"] = False
+            named["batch_size"] = self._full_batch(x, named.get("batch_size"))
+        elif isinstance(x, tf.data.Dataset) and _shuffled(x):
+            raise MescError("the dataset given to MESCNet shuffles its images, but row i of C "
+                            "is sample i: give the images in a fixed order (full_batch(x))")
+        validation = named.get("validation_data")
+        if isinstance(validation, (tuple, list)) and validation and _is_array(validation[0]):
+            named["validation_batch_size"] = self._full_batch(
+                validation[0], named.get("validation_batch_size"))
+        return self._with_batch_check(super().fit, **named)
 
-    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
-        batch_size = self._full_batch(x, batch_size) if _is_array(x) else batch_size
-        return super().evaluate(x, y, batch_size, **kwargs)
+    def evaluate(self, *args, **kwargs):
+        named = _named(keras.Model.evaluate, args, kwargs)
+        if _is_array(named.get("x")):
+            named["batch_size"] = self._full_batch(named["x"], named.get("batch_size"))
+        return self._with_batch_check(super().evaluate, **named)
 
-    def predict(self, x, batch_size=None, **kwargs):
-        batch_size = self._full_batch(x, batch_size) if _is_array(x) else batch_size
-        return super().predict(x, batch_size, **kwargs)
+    def predict(self, *args, **kwargs):
+        named = _named(keras.Model.predict, args, kwargs)
+        if _is_array(named.get("x")):
+            named["batch_size"] = self._full_batch(named["x"], named.get("batch_size"))
+        return self._with_batch_check(super().predict, **named)
 
     def _full_batch(self, x, batch_size):
         n = self.self_expression.n_samples
         if len(x) != n or batch_size not in (None, n):
-            raise MescError(f"this MESCNet is made for {n} samples, taken as one batch; got "
-                            f"{len(x)} samples with batch_size {batch_size}: give all {n}, in "
-                            "their order, with batch_size None or n")
+            raise MescError(f"{self._batch_rule}; got {len(x)} samples with batch_size "
+                            f"{batch_size}: give all {n}, in their order, with batch_size None "
+                            "or n")
         return n
+
+    @property
+    def _batch_rule(self):
+        return (f"this MESCNet is made for {self.self_expression.n_samples} samples, taken as "
+                "one batch (row i of C is sample i)")
+
+    def _with_batch_check(self, method, **named):
+        """``method`` (Keras' fit, evaluate or predict), with the step's check of a dataset's
+        batch size (an assertion, a graph error) said as one MescError. Under jit_compile XLA
+        drops the assertion, and the error is XLA's own (a matrix size mismatch)."""
+        try:
+            return method(**named)
+        except tf.errors.InvalidArgumentError as e:
+            if self._batch_rule not in str(e):
+                raise
+            raise MescError(f"{self._batch_rule}, but the dataset gave a batch of another "
+                            "size: make it yield all of them, in order, as one batch "
+                            "(full_batch(x))") from None
 
     def get_config(self):
         return {**super().get_config(), "n_samples": self.self_expression.n_samples,
@@ -293,12 +411,11 @@ class MESCNet(_OwnLossModel):
 
     def _check_batch(self, z):
         n = self.self_expression.n_samples
-        message = (f"this MESCNet is made for {n} samples, taken as one batch (row i of C is "
-                   "sample i); train it on all of them, in order, as one batch")
         if z.shape[0] is None:  # known only when the step runs
-            tf.debugging.assert_equal(tf.shape(z)[0], n, message=message)
+            tf.debugging.assert_equal(tf.shape(z)[0], n, message=self._batch_rule)
         elif z.shape[0] != n:
-            raise MescError(f"{message}; got a batch of {z.shape[0]}")
+            raise MescError(f"{self._batch_rule}; got a batch of {z.shape[0]}: train it on all "
+                            "of them, in order, as one batch")
 
     def compute_terms(self, x):
         """The loss terms (reg and selfexp without reg1, reg2) and the weighted total, as in
@@ -326,7 +443,13 @@ class MESCNet(_OwnLossModel):
         # test_adam_updates_coef_in_place when only the gradients were awaited.
         gated = tf.tuple(list(grads) + tf.nest.flatten(terms))
         grads, terms = gated[:len(grads)], tf.nest.pack_sequence_as(terms, gated[len(grads):])
-        self.optimizer.apply(grads, self.trainable_variables)
+        # The step counter too: nothing else orders it after a step that fails (a dataset's
+        # batch of the wrong size), which would count a step that changed nothing. Adam's
+        # slots are made first: under XLA no variable can be made under control dependencies.
+        if not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
+        with tf.control_dependencies(gated):
+            self.optimizer.apply(grads, self.trainable_variables)
         # Logged values are those before this step's update, like the original's fetches.
         return terms
 
@@ -351,10 +474,17 @@ class PretrainNet(_OwnLossModel):
     def call(self, x):
         return self.autoencoder(x)
 
-    def train_step(self, data):
-        x = self._images(data)
-        with tf.GradientTape() as tape:
-            recon = losses.reconstruction(x, self(x, training=True), 0.5)
-        grads = tape.gradient(recon, self.trainable_variables)
-        self.optimizer.apply(grads, self.trainable_variables)
+    def compute_terms(self, x):
+        x = tf.cast(x, self.compute_dtype)
+        recon = losses.reconstruction(x, self(x, training=True), 0.5)
         return {"recon": recon, "rel_err": tf.sqrt(2.0 * recon / tf.reduce_sum(tf.square(x)))}
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            terms = self.compute_terms(self._images(data))
+        grads = tape.gradient(terms["recon"], self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        return terms
+
+    def test_step(self, data):
+        return self.compute_terms(self._images(data))

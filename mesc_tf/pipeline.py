@@ -24,8 +24,9 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     continues training the auto-encoder ``init`` (``schedule.max_steps`` 0: no training, only
     the final rescaling). ``schedule`` is a :class:`mesc_tf.config.Pretrain`; its batch size
     goes through :func:`mesc_tf.memory.pretrain_batch_size` (full batch unless memory says
-    otherwise), and ``seed`` orders minibatches. Returns (autoencoder with the best weights, info dict); the
-    starting weights where they reconstruct better than the best step's (``best_step`` 0).
+    otherwise), and ``seed`` orders minibatches. Returns (autoencoder with the best weights,
+    info dict); the starting weights where they reconstruct better than the best step's
+    (``best_step`` 0).
     """
     import keras
 

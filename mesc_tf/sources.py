@@ -109,7 +109,10 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
     if weights:
         from mesc_tf.weights import require_h5
 
-        path = require_h5(Path(weights).expanduser().absolute(), w)
+        # The experiments take NAME=PATH; elsewhere (run.py, the estimator) the path is the
+        # user's own, and the hint is how to make a file.
+        path = require_h5(Path(weights).expanduser().absolute(),
+                          *([w] if per_dataset else []))
         return AutoencoderSpec("weights", str(path), _sha256([path]))
     if no_pretrain:
         return AutoencoderSpec("none")

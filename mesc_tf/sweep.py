@@ -30,7 +30,7 @@ Every finished trial is appended to a JSON-lines file as one line (``append_json
 one write, flush and fsync), so a kill loses only the trials still running. A trial's key is its
 dataset, the content hash of its auto-encoder, its full Settings and its seed; a rerun skips
 every trial whose key is already in the file (``done_keys``), so an interrupted sweep resumes.
-The auto-encoder is resolved and hashed here, in the parent, and loaded in the workers
+The auto-encoder is resolved and hashed in the parent process and loaded in the workers
 (:mod:`mesc_tf.sources`); training and clustering are the pipeline's own
 (``pipeline.fine_tune``, ``pipeline.cluster``, ``metrics.evaluate``): nothing is re-implemented.
 """

@@ -359,10 +359,29 @@ def test_mescnet_fit_takes_an_array_as_one_batch_in_order():
         data = x[:4] if call == model.predict else x
         with pytest.raises(MescError, match="made for 6 samples|cannot shuffle"):
             call(data, verbose=0, **kwargs)
-    # A dataset's batch size shows only when the step runs.
+    # A dataset's batch size shows only when the step runs (a graph error, said as one line);
+    # a shuffling dataset is refused before.
     batches = tf.data.Dataset.from_tensor_slices(x).batch(4).repeat()
-    with pytest.raises(tf.errors.InvalidArgumentError, match="made for 6 samples"):
+    with pytest.raises(MescError, match="made for 6 samples.*the dataset gave a batch of"):
         model.fit(batches, steps_per_epoch=1, verbose=0)
+    shuffled = tf.data.Dataset.from_tensors(x).repeat().shuffle(6).batch(1).unbatch()
+    with pytest.raises(MescError, match="shuffles its images"):
+        model.fit(shuffled, steps_per_epoch=1, verbose=0)
+    for kwargs, message in ((dict(validation_split=0.5), "validation_split"),
+                            (dict(validation_data=(x[:3],)), "6 samples.*; got 3 samples"),
+                            (dict(steps_per_epoch=3), "an array is one step per epoch")):
+        with pytest.raises(MescError, match=message):
+            model.fit(x, verbose=0, **kwargs)
+    for images, message in ((list(x), "one array .* got a list"), ({"x": x}, "got a dict"),
+                            (np.where(np.eye(6)[:, :1, None, None] > 0, np.nan, x),
+                             "NaN or inf pixels")):
+        for call in (model.fit, model.evaluate, model.predict):
+            with pytest.raises(MescError, match=message):
+                call(images, verbose=0)
+    steps = int(model.optimizer.iterations)
+    assert steps == 3  # nothing refused took a step
+    with pytest.raises(MescError, match="n_samples must be a whole number >= 1"):
+        MESCNet(model.autoencoder, 6.5, model.settings)
 
 
 def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
@@ -383,10 +402,12 @@ def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
     assert int(model.optimizer.iterations) == 4
 
 
-def test_models_refuse_what_their_own_loss_would_ignore():
+def test_models_refuse_what_their_own_loss_would_ignore(tmp_path):
     """The loss is the model's: compile's loss or metrics broke fit or were ignored, and
     sample weights were ignored; a settings change would not reach a compiled step. Under op
     determinism Keras turned jit_compile=True off with a warning that blamed the model."""
+    import keras
+
     from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
     from mesc_tf.training import adam, configure_runtime
@@ -410,6 +431,10 @@ def test_models_refuse_what_their_own_loss_would_ignore():
     pretrain.compile(optimizer=adam(1e-3))
     with pytest.raises(MescError, match="PretrainNet weighs every sample alike"):
         pretrain.fit(x, x, sample_weight=np.ones(6), batch_size=6, verbose=0)
+    # One epoch is one step: Keras' batch-level backup would take the saved step again.
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=1)
+    with pytest.raises(MescError, match="save_freq=1 would repeat a step"):
+        model.fit(x, verbose=0, callbacks=[backup])
 
 
 def test_models_are_built_on_construction_and_take_uint8_pixels():
@@ -462,3 +487,57 @@ def test_readme_keras_example_fine_tunes_as_the_pipeline_does(readme_example, ca
     ae, _ = scope["load_autoencoder"]("pretrained/orl.h5", scope["cfg"].arch)
     model, _, _ = fine_tune(scope["data"].x, scope["s"].replace(epochs=15), ae, verbose=0)
     np.testing.assert_array_equal(scope["model"].coef.numpy(), model.coef.numpy())
+
+
+def test_load_weights_into_a_fresh_model_restores_adam_too(tmp_path):
+    """ModelCheckpoint(save_weights_only=True), then a new compiled model and load_weights:
+    Keras skipped Adam's slots and step count while the optimizer was unbuilt (before the first
+    step), so the resumed C went its own way. PretrainNet evaluates its own terms."""
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam
+
+    model, x = tiny_mescnet(6)
+    _fitted_coef(model, x, epochs=3)
+    model.save_weights(tmp_path / "w.weights.h5")
+    fresh, _ = tiny_mescnet(6)
+    fresh.compile(optimizer=adam(1e-2))
+    fresh.load_weights(tmp_path / "w.weights.h5")
+    for m in (model, fresh):
+        m.fit(x, epochs=1, verbose=0)
+    assert int(fresh.optimizer.iterations) == int(model.optimizer.iterations) == 4
+    np.testing.assert_array_equal(fresh.coef.numpy(), model.coef.numpy())
+    pretrain = PretrainNet(model.autoencoder)
+    pretrain.compile(optimizer=adam(1e-3))
+    terms = pretrain.evaluate(x, batch_size=6, verbose=0, return_dict=True)
+    assert set(terms) == {"recon", "rel_err"} and 0 < terms["rel_err"]
+
+
+def test_overrides_take_keras_positional_arguments_and_load_a_jit_model(tmp_path):
+    """The fit/evaluate/predict/compile overrides take Keras' arguments by position too (they
+    raised TypeError), compile(metrics=[]) asks for nothing, and a model saved with
+    jit_compile=True loads under op determinism (without XLA, as Keras would run it) instead
+    of failing in compile_from_config."""
+    import keras
+
+    from mesc_tf import MescWarning
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import adam, configure_runtime
+
+    model, x = tiny_mescnet(6)
+    with pytest.raises(MescError, match="compile takes no loss"):
+        model.compile(adam(1e-3), "mse")
+    model.compile(adam(1e-3), None, None, [])
+    model.fit(x, None, None, 2, 0)
+    assert len(model.evaluate(x, None, None, 0)) == 4
+    assert len(model.predict(x, None, 0)) == 3
+    assert int(model.optimizer.iterations) == 2
+
+    configure_runtime(0, deterministic=False)
+    try:
+        model.compile(optimizer=adam(1e-3), jit_compile=True)
+        model.save(tmp_path / "jit.keras")
+    finally:
+        configure_runtime(0)
+    with pytest.warns(MescWarning, match="runs without XLA"):
+        loaded = keras.models.load_model(tmp_path / "jit.keras")
+    np.testing.assert_array_equal(loaded.coef.numpy(), model.coef.numpy())
