@@ -344,7 +344,6 @@ def ae_source(args, dataset: str, pretrained=True) -> dict:
     if weights:
         return {"weights": weights, "label": f"h5:{_rel(weights)}",
                 "sha256": _content_hash(dataset, weights=weights)}
-
     return {"weights": None, "label": f"h5:{_rel(sources.pretrained_path(dataset))}",
             "default": True, "sha256": _content_hash(dataset)}
 
@@ -368,9 +367,9 @@ def check_sources(args, datasets):
         src = ae_source(args, name)
         try:
             sources.resolve_autoencoder(name, weights=src.get("weights"),
-                                      tf1_checkpoint=src.get("tf1_checkpoint"),
-                                      no_pretrain=src.get("no_pretrain", False),
-                                      per_dataset=True)
+                                        tf1_checkpoint=src.get("tf1_checkpoint"),
+                                        no_pretrain=src.get("no_pretrain", False),
+                                        per_dataset=True)
         except MescError as e:
             raise MescError(f"{name}: {e}") from None
 
@@ -386,8 +385,8 @@ def autoencoder_for_run(name: str, src: dict, seed: int):
     if src.get("default"):
         weights = sources.pretrained_path(name)
     ae, _ = sources.get_autoencoder(cfg.arch, dataset=name, weights=weights,
-                                     tf1_checkpoint=src.get("tf1_checkpoint"),
-                                     no_pretrain=src.get("no_pretrain", False))
+                                    tf1_checkpoint=src.get("tf1_checkpoint"),
+                                    no_pretrain=src.get("no_pretrain", False))
     pretrain_s = None
     if weights:
         from mesc_tf.weights import read_autoencoder_file

@@ -156,7 +156,6 @@ def main(argv=None, cleanup=None):
 def _weights_file(args):
     """The .h5 the run starts from: --weights, else pretrained/<dataset>.h5 unless
     --tf1-checkpoint or --no-pretrain (then None)."""
-
     if args.weights:
         return Path(args.weights)
     return None if args.tf1_checkpoint or args.no_pretrain else sources.pretrained_path(

@@ -128,7 +128,7 @@ def main(argv=None):
         # The records of this auto-encoder only (a file holds many): the same file counts
         # whether it was named by --weights or taken as the default.
         ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
-                                       args.no_pretrain)
+                                         args.no_pretrain)
         keys = None
         if args.grid:
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
@@ -143,7 +143,7 @@ def main(argv=None):
 
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
     ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
-                                   args.no_pretrain)
+                                     args.no_pretrain)
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)

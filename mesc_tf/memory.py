@@ -52,10 +52,10 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     their difference, their gradients and the products' outputs (about 8 n × p float32, p the
     code's size; COIL20's measured step, p = 3840 > n, peaked 10 % over the estimate
     without them: tests/test_reliability.py).
-    Post-clustering (postcluster's fast route; ``pipeline.run`` has dropped the model) then holds C and
-    the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded C and the
-    n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB). Plus the
-    runtime. With TF's BFC allocator (``bfc_allocator``) the pool fine-tuning grew,
+    Post-clustering (postcluster's fast route; ``pipeline.run`` has dropped the model) then
+    holds C and the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded
+    C and the n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB).
+    Plus the runtime. With TF's BFC allocator (``bfc_allocator``) the pool fine-tuning grew,
     ``BFC_POOL_FACTOR`` × its estimate, stays resident during post-clustering: the two add up.
     """
     n = int(n_samples)

@@ -203,7 +203,7 @@ def test_get_autoencoder_takes_the_tf1_checkpoint_before_weights(synthetic_tf1, 
     arch = get_config("orl").arch
     other = save_autoencoder(ConvAutoEncoder(arch).build_for_input(), tmp_path / "w.h5")
     ae, source = sources.get_autoencoder(arch, weights=other,
-                                          tf1_checkpoint=synthetic_tf1["orl"])
+                                         tf1_checkpoint=synthetic_tf1["orl"])
     assert source.startswith("TF1 checkpoint")
     _, weights = read_tf1_checkpoint(synthetic_tf1["orl"], arch.image_shape)
     np.testing.assert_array_equal(ae.get_layer("enc_0").kernel.numpy(), weights["enc_0"][0])
