@@ -94,7 +94,7 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config
     from mesc_tf.metrics import evaluate
-    from mesc_tf.training import latent_codes, relative_error
+    from mesc_tf.measures import latent_codes, relative_error
     from mesc_tf.weights import load_autoencoder, load_tf1_checkpoint
 
     d = data.load_dataset(dataset, data_dir)

@@ -71,7 +71,7 @@ def run_dataset(name, args, results):
     from sklearn.metrics import completeness_score, homogeneity_score
 
     from mesc_tf.metrics import best_map
-    from mesc_tf.training import latent_codes
+    from mesc_tf.measures import latent_codes
 
     d = common.load_data(name, args)
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")

@@ -243,7 +243,7 @@ class Pretrain:
     ``tf.truncated_normal(stddev=0.1)``; :data:`INITIALIZERS`). With
     ``activation_scale`` set, the trained weights are finally rescaled so that every hidden
     layer's mean |activation| is that value (or each its own, given one per hidden layer),
-    which changes no reconstruction (``training.rescale_activations``). ``batch_size``: images
+    which changes no reconstruction (``measures.rescale_activations``). ``batch_size``: images
     per step (``training.minibatches``); None: the whole set where its activations fit in
     memory, else the largest batch that fits (``memory.pretrain_batch_size``). Every count
     above is in steps, and with minibatches the error they watch is each step's batch's."""

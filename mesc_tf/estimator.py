@@ -339,7 +339,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
     def encode(self, X, batch_size=1024):
         """Latent codes of the fine-tuned encoder, flattened: float32 (n, h'·w'·channels)."""
-        from mesc_tf.training import latent_codes
+        from mesc_tf.measures import latent_codes
 
         check_is_fitted(self, "encoder_")
         if not is_whole(batch_size) or batch_size < 1:

@@ -31,8 +31,9 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     import keras
 
     from mesc_tf.model import ConvAutoEncoder, PretrainNet
-    from mesc_tf.training import (StartingPoint, StopAtTarget, channel_activity, dead_channels,
-                                  fit_steps, relative_error, rescale_activations)
+    from mesc_tf.measures import (channel_activity, dead_channels, relative_error,
+                                  rescale_activations)
+    from mesc_tf.training import StartingPoint, StopAtTarget, fit_steps
 
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()

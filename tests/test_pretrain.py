@@ -13,8 +13,8 @@ from mesc_tf import memory, pipeline, sources
 from mesc_tf.config import Architecture, Pretrain
 from mesc_tf.errors import MescError
 from mesc_tf.model import ConvAutoEncoder
-from mesc_tf.training import (channel_activity, configure_runtime, hidden_activation_means,
-                              relative_error)
+from mesc_tf.measures import channel_activity, hidden_activation_means, relative_error
+from mesc_tf.training import configure_runtime
 from mesc_tf.weights import load_autoencoder, save_autoencoder
 from scripts import load_script  # tests/scripts.py
 
@@ -298,7 +298,7 @@ def test_pretrain_command_checks_the_new_options(capsys):
 
 def test_dead_channels_finds_channels_off_for_every_image(x):
     from mesc_tf.model import ConvAutoEncoder
-    from mesc_tf.training import dead_channels
+    from mesc_tf.measures import dead_channels
 
     configure_runtime(0)
     ae = ConvAutoEncoder(ARCH).build_for_input()
@@ -332,7 +332,7 @@ def test_channel_activity_counts_where_each_channel_is_on(x):
 def test_rescaling_keeps_every_reconstruction_and_sets_the_scale(x):
     from mesc_tf.errors import MescError
     from mesc_tf.model import ConvAutoEncoder
-    from mesc_tf.training import rescale_activations
+    from mesc_tf.measures import rescale_activations
 
     configure_runtime(0)
     ae, info = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=20, activation_scale=0.05),
@@ -361,7 +361,7 @@ def test_rescaling_keeps_every_reconstruction_and_sets_the_scale(x):
 
 def test_rescaling_to_one_scale_per_layer(x):
     """EYaleB's schedule rescales each hidden layer to its own mean (the original's)."""
-    from mesc_tf.training import rescale_activations
+    from mesc_tf.measures import rescale_activations
 
     configure_runtime(0)
     targets = (0.5, 2.0, 0.25)
@@ -457,10 +457,10 @@ def test_checkpoint_every_saves_at_that_step(x, tmp_path):
 def test_dead_channels_are_only_those_never_on(monkeypatch):
     """A latent channel on at a few positions (here 0.5 %) is alive: only a channel off for
     every image and pixel counts as dead."""
-    from mesc_tf import training
+    from mesc_tf import measures
 
     ae = ConvAutoEncoder(ARCH).build_for_input()
     activity = {layer.name: np.ones(layer.filters) for layer in ae.named_layers}
     activity["enc_1"] = np.array([0.0, 0.005, 1e-6, 0.5, 0.0, 1.0])
-    monkeypatch.setattr(training, "channel_activity", lambda *a, **k: activity)
-    assert training.dead_channels(ae, np.zeros((1, 16, 16, 1), np.float32)) == [0, 4]
+    monkeypatch.setattr(measures, "channel_activity", lambda *a, **k: activity)
+    assert measures.dead_channels(ae, np.zeros((1, 16, 16, 1), np.float32)) == [0, 4]

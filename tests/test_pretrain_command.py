@@ -75,7 +75,8 @@ def test_the_file_records_the_run_that_made_it(orl, tmp_path, capsys, tensorboar
     pipeline.pretrain seeded the same), --tensorboard gets its scalars, and the metadata says
     how many steps ran, which was kept, the whole-set error of the weights kept (not the last
     step's), the seed, the pixel scale and the library versions."""
-    from mesc_tf.training import configure_runtime, relative_error
+    from mesc_tf.measures import relative_error
+    from mesc_tf.training import configure_runtime
     from mesc_tf.weights import load_autoencoder
 
     out = tmp_path / "orl.h5"
@@ -174,9 +175,9 @@ def test_default_output_is_under_mesc_pretrained_dir(orl, tmp_path, capsys, monk
 
 def test_a_diverged_run_writes_nothing(orl, tmp_path, capsys, monkeypatch):
     """A non-finite final error (here faked) ends in one error line and no file."""
-    import mesc_tf.training
+    import mesc_tf.measures
 
-    monkeypatch.setattr(mesc_tf.training, "relative_error", lambda ae, x: float("nan"))
+    monkeypatch.setattr(mesc_tf.measures, "relative_error", lambda ae, x: float("nan"))
     code, _, err = invoke([*_data(orl), "--max-steps", "1", "--out", tmp_path / "orl.h5"], capsys)
     assert code == 2 and "error: pretraining diverged (relative reconstruction error nan)" in err
     assert not list(tmp_path.iterdir())

@@ -13,7 +13,7 @@ from mesc_tf import data
 from mesc_tf.config import Architecture, get_config
 from mesc_tf.errors import MescError
 from mesc_tf.model import ConvAutoEncoder
-from mesc_tf.training import relative_error
+from mesc_tf.measures import relative_error
 from mesc_tf.weights import (assign_weights, convert_tf1_checkpoint, load_autoencoder,
                              load_tf1_checkpoint, read_autoencoder_file, read_tf1_checkpoint,
                              save_autoencoder)
