@@ -200,10 +200,13 @@ class SelfExpression(keras.layers.Layer):
 
 
 class _OwnLossModel(keras.Model):
-    """What MESCNet and PretrainNet share: the loss is their own (``train_step``), so compile
-    takes no loss or metrics and training no sample weights; they run in float32 and are
+    """What MESCNet and PretrainNet share as Keras models. The loss is their own
+    (``train_step``), so compile takes no loss or metrics and training no sample weights; the
+    images come as one array or a dataset, without NaN or inf; one epoch is one step, which
+    Keras' batch-level backups and partial executions would break. They run in float32 and are
     built on construction (the auto-encoder builds by shape), so BackupAndRestore,
-    ``save_weights`` and ``summary`` work before the first call."""
+    ``save_weights`` and ``summary`` work before the first call, and ``load_weights`` restores
+    Adam's state too."""
 
     def __init__(self, autoencoder, **kwargs):
         super().__init__(**kwargs)
