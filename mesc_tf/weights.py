@@ -51,6 +51,10 @@ def tf1_prefix(dataset: str, value: str) -> str:
     authors' checkpoint of that dataset (ORIGINAL_CHECKPOINTS under default_tf1_dir)."""
     if value != "original":
         return _strip_checkpoint_suffix(value)
+    if dataset not in ORIGINAL_CHECKPOINTS:  # get_autoencoder(arch, tf1_checkpoint="original")
+        raise MescError(f"'original' names the authors' checkpoint of a dataset, but the dataset "
+                        f"is {dataset!r}; give one of {', '.join(ORIGINAL_CHECKPOINTS)}, or a "
+                        "checkpoint prefix")
     if not default_tf1_dir().is_dir():
         raise MescError(f"the authors' checkpoints are not in {default_tf1_dir()}; set "
                         "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders")

@@ -97,6 +97,10 @@ def test_get_autoencoder_needs_a_source():
     with pytest.raises(MescError, match="needs one of dataset=, weights=, tf1_checkpoint= or "
                                         "no_pretrain=True"):
         sources.get_autoencoder(TINY)
+    # "original" needs the dataset whose checkpoint it names (it was a KeyError).
+    with pytest.raises(MescError, match="'original' names the authors' checkpoint of a dataset, "
+                                        "but the dataset is None"):
+        sources.get_autoencoder(TINY, tf1_checkpoint="original")
 
 
 def test_lapack_fallback_gives_the_arpack_affinity(monkeypatch):
