@@ -245,9 +245,31 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             channels = channels * len(kernels)
         return Architecture(tuple(image_shape), kernels, channels)
 
-    def _validate_images(self, X, n_clusters=None, image_shape=None, where="X", training=True):
+    @staticmethod
+    def _size_text(X) -> str:
+        """'16x16' for images X (n, h, w[, 1]), or 'these' where X has no such shape."""
+        shape = np.shape(X)
+        return f"{shape[1]}x{shape[2]}" if len(shape) in (3, 4) else "these"
+
+    @staticmethod
+    def _check_weights_architecture(weights, arch):
+        """kernels/channels given beside weights must be the file's."""
+        from mesc_tf.weights import read_autoencoder_file
+
+        stored = read_autoencoder_file(weights)[0]
+        if stored != arch:
+            raise MescError(f"kernels {arch.kernels} / channels {arch.channels} for "
+                            f"{arch.image_shape[0]}x{arch.image_shape[1]} images differ from the "
+                            f"auto-encoder in {weights} (kernels {stored.kernels} / channels "
+                            f"{stored.channels}, {stored.image_shape[0]}x{stored.image_shape[1]} "
+                            "images); leave kernels and channels out to use the file's")
+
+    def _validate_images(self, X, n_clusters=None, image_shape=None, where="X", training=True,
+                         size_source=None):
         """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``; called from a
-        public method, so that the negative-pixel warning points at the caller's line."""
+        public method, so that the negative-pixel warning points at the caller's line.
+        ``size_source`` (what fixed ``image_shape``, and what to do otherwise) words the
+        error for images of another size."""
         given = self._image_shape_param()
         X = _as_array(X, where)
         if X.ndim == 2:
@@ -263,6 +285,12 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if given is not None and image_shape is not None and given != tuple(image_shape):
             raise MescError(f"image_shape {given} differs from the auto-encoder's "
                             f"{tuple(image_shape)}; leave image_shape out or use matching weights")
+        size = X.shape[1:3] if X.ndim == 3 or (X.ndim == 4 and X.shape[3] == 1) else None
+        if size_source and image_shape is not None and size != tuple(image_shape):
+            (h, w), (eh, ew) = size, image_shape
+            made_for, remedy = size_source
+            raise MescError(f"{where}: images are {h}x{w} but {made_for} {eh}x{ew} images; "
+                            f"{remedy}")
         return validate_images(X, n_clusters=n_clusters, image_shape=image_shape or given,
                                where=where, training=training, stacklevel=4)
 
@@ -289,10 +317,15 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         seed = self._seed()
         if weights is not None and self.kernels is None and self.channels is None:
             arch = self._architecture(None, weights)  # the one stored in the weights file
-            x = self._validate_images(X, n_clusters=k, image_shape=arch.image_shape)
+            x = self._validate_images(X, n_clusters=k, image_shape=arch.image_shape, size_source=(
+                f"the auto-encoder in {weights} was made for",
+                f"give images of that size, or weights made for {self._size_text(X)} images "
+                "(None pretrains on X)"))
         else:
             x = self._validate_images(X, n_clusters=k)
             arch = self._architecture(x.shape[1:3])
+            if weights is not None:
+                self._check_weights_architecture(weights, arch)
         memory.check_memory(len(x), arch, settings.subspace_dim * k + 1)
 
         # The order of experiments/pretrain.py followed by experiments/run.py.
@@ -344,7 +377,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "encoder_")
         if not is_whole(batch_size) or batch_size < 1:
             raise MescError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-        x = self._validate_images(X, image_shape=self.image_shape_, training=False)
+        x = self._validate_images(X, image_shape=self.image_shape_, training=False, size_source=(
+            "this estimator was fitted on", "encode images of the size fit saw"))
         return latent_codes(self.encoder_, x, batch_size)
 
     def __sklearn_tags__(self):

@@ -58,6 +58,15 @@ def write_error(path, e: OSError) -> MescError:
     return MescError(f"cannot write {path} ({one_line(e)}); {hint}")
 
 
+def make_parent(path):
+    """Create the folder of ``path`` (a file to be written) if missing; a MescError naming
+    ``path`` where that fails (a file in the way, no permission)."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
 def check_free_space(path, n_bytes, what):
     """MescError unless the file system of ``path`` (a file to be written) has ``n_bytes``
     free: before writers whose failure on a full disk is not clean (h5py's)."""
@@ -120,7 +129,7 @@ def save_npy(path, array):
     import numpy as np
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     with atomic_file(path, "wb") as f:
         np.save(f, np.asarray(array, np.float32))
 

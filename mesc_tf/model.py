@@ -69,15 +69,58 @@ def _is_array(x):
     return x is not None and hasattr(x, "shape") and not isinstance(x, tf.data.Dataset)
 
 
+def _image_shape_problem(arch, shape):
+    """Why images of ``shape`` (with their batch axis; None where unknown) do not fit an
+    auto-encoder for ``arch``, or None. The convolutions would take any size, and the decoder
+    return another than the input's."""
+    if shape is None:  # unknown rank (a retraced step): the convolutions check at run time
+        return None
+    shape, expected = tuple(shape), tuple(arch.image_shape)
+    example = f"(n, {', '.join(map(str, expected))}, 1)"
+    if len(shape) == 3 and shape[1:] == expected:
+        return (f"images of shape {shape[1:]} have no channel axis; give x[..., None], an "
+                f"{example} array")
+    if len(shape) != 4 or shape[3] not in (None, 1) or (
+            None not in shape[1:3] and shape[1:3] != expected):
+        return (f"images of shape {shape[1:]} given to an auto-encoder made for {expected} "
+                f"images; give {example} arrays")
+    return None
+
+
+def _static_shape(x):
+    """``x``'s shape as a tuple (None where unknown), or None for an unknown rank."""
+    try:
+        return tuple(x.shape)
+    except ValueError:  # TensorShape of unknown rank
+        return None
+
+
 def _check_images(model, x):
-    """What fit, evaluate and predict refuse at once: images in a dict or list (Keras' errors
-    then blamed the shapes), and NaN or inf pixels (they made every weight NaN, but C stayed
-    finite and clustered without a word). Datasets are checked by the step."""
+    """What fit, evaluate and predict refuse at once, before Keras traces a step (an error in
+    the trace would come wrapped in Keras' lines): images in a dict or list (Keras' errors
+    then blamed the shapes), images of a shape the auto-encoder does not take, and NaN or inf
+    pixels (they made every weight NaN, but C stayed finite and clustered without a word)."""
     name = type(model).__name__
     if isinstance(x, (dict, list, tuple)):
         raise MescError(f"{name} takes its images as one array (n, h, w, 1) or a dataset of "
                         f"such batches, got a {type(x).__name__}")
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        spec = spec[0] if isinstance(spec, tuple) else spec  # (x, y, ...) batches
+        if not isinstance(spec, tf.TensorSpec):
+            raise MescError(f"the dataset given to {name} yields a {type(spec).__name__}; make "
+                            "it yield image batches (n, h, w, 1), or (images, labels)")
+        if spec.shape.rank is None:
+            raise MescError(f"the dataset given to {name} yields tensors of unknown shape; give "
+                            "its batches a shape, e.g. from_generator's output_signature="
+                            "tf.TensorSpec((None, h, w, 1), tf.float32)")
+        problem = _image_shape_problem(model.autoencoder.arch, _static_shape(spec))
+        if problem:
+            raise MescError(f"the dataset given to {name} yields {problem}")
     if _is_array(x):
+        problem = _image_shape_problem(model.autoencoder.arch, _static_shape(x))
+        if problem:
+            raise MescError(problem)
         pixels = np.asarray(x)
         if pixels.dtype.kind == "f" and not np.isfinite(pixels).all():
             raise MescError(f"the images given to {name} hold NaN or inf pixels; clean or drop "
@@ -131,17 +174,20 @@ class ConvAutoEncoder(keras.Model):
                 output_padding=transposed_output_padding(sizes[i + 1], sizes[i]), **conv))
         self.latent_shape = (*sizes[-1], arch.channels[-1])
 
+    def __call__(self, x, *args, **kwargs):
+        # Checked before Keras' __call__, which would wrap the error in lines of its own.
+        self._check_shape(x)
+        return super().__call__(x, *args, **kwargs)
+
+    def _check_shape(self, x):
+        problem = _image_shape_problem(self.arch, _static_shape(x))
+        if problem:
+            raise MescError(problem)
+
     def encode(self, x):
-        # The convolutions take any size, and the decoder would return another than the input's.
-        shape = tuple(x.shape)
-        if len(shape) == 3 and shape[1:] == tuple(self.arch.image_shape):
-            raise MescError(f"images of shape {shape[1:]} have no channel axis; give "
-                            f"x[..., None], an (n, {', '.join(map(str, shape[1:]))}, 1) array")
-        if len(shape) != 4 or shape[3] != 1 or (
-                None not in shape[1:3] and shape[1:3] != tuple(self.arch.image_shape)):
-            raise MescError(f"images of shape {shape[1:]} given to an auto-encoder made for "
-                            f"{tuple(self.arch.image_shape)} images; give (n, "
-                            f"{', '.join(map(str, self.arch.image_shape))}, 1) arrays")
+        if not hasattr(x, "shape"):  # a list of images, say
+            x = tf.convert_to_tensor(x)
+        self._check_shape(x)
         x = tf.cast(x, self.compute_dtype)  # uint8 pixels, say; no op for float32
         for layer in self.encoder_layers:
             x = layer(x)
@@ -245,14 +291,24 @@ class _OwnLossModel(keras.Model):
                           "op determinism it runs without XLA", MescWarning, stacklevel=2)
             config["jit_compile"] = False
         self.compile(**config)
-        self.optimizer.build(self.trainable_variables)
+        self._build_optimizer()
+
+    def __call__(self, x, *args, **kwargs):
+        self.autoencoder._check_shape(x)  # before Keras' __call__ wraps the error
+        return super().__call__(x, *args, **kwargs)
+
+    def _build_optimizer(self):
+        """Make Adam's slots now, not in the first traced step: a trace that fails (a dataset
+        of the wrong shape) would count as the step function's first call, and every later
+        fit would then fail to create them."""
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.trainable_variables)
 
     def load_weights(self, filepath, *args, **kwargs):
         # Keras skips the file's optimizer state (Adam's slots and step count) while the
         # optimizer is unbuilt, as it is before the first step: build it first.
-        optimizer = getattr(self, "optimizer", None)
-        if optimizer is not None and not optimizer.built:
-            optimizer.build(self.trainable_variables)
+        self._build_optimizer()
         return super().load_weights(filepath, *args, **kwargs)
 
     def fit(self, *args, **kwargs):
@@ -277,6 +333,7 @@ class _OwnLossModel(keras.Model):
             raise MescError(f"steps_per_epoch {steps} is not a multiple of "
                             f"steps_per_execution {per_call}: Keras runs whole executions, "
                             f"{ran} steps per epoch here; make it a multiple")
+        self._build_optimizer()
         return super().fit(**named)
 
     def evaluate(self, *args, **kwargs):
@@ -321,6 +378,9 @@ class MESCNet(_OwnLossModel):
                             f"{n_samples!r}")
         if isinstance(settings, dict):  # from_config
             settings = Settings(**settings)
+        if not isinstance(settings, Settings):
+            raise MescError(f"MESCNet's settings must be a mesc_tf.config.Settings (e.g. "
+                            f"get_config(name).mesc), got {type(settings).__name__}")
         self._settings = settings
         self.self_expression = SelfExpression(n_samples, settings.coef_init, name="self_expression")
         self.build()
@@ -449,8 +509,7 @@ class MESCNet(_OwnLossModel):
         # The step counter too: nothing else orders it after a step that fails (a dataset's
         # batch of the wrong size), which would count a step that changed nothing. Adam's
         # slots are made first: under XLA no variable can be made under control dependencies.
-        if not self.optimizer.built:
-            self.optimizer.build(self.trainable_variables)
+        self._build_optimizer()
         with tf.control_dependencies(gated):
             self.optimizer.apply(grads, self.trainable_variables)
         # Logged values are those before this step's update, like the original's fetches.

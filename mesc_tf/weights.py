@@ -20,7 +20,7 @@ import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError, one_line
-from mesc_tf.files import as_path, atomic_file, json_default
+from mesc_tf.files import as_path, atomic_file, json_default, make_parent
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -103,7 +103,7 @@ def save_autoencoder(autoencoder, path, metadata=None):
     except (TypeError, ValueError) as e:
         raise MescError(f"save_autoencoder's metadata cannot be written as JSON ({e}); give "
                         "numbers, strings, lists and dicts") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     with atomic_file(path, "w+b") as raw, h5py.File(raw, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["version"] = VERSION
@@ -280,6 +280,9 @@ def load_tf1_checkpoint(prefix, arch: Architecture):
 
 def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
     """Convert an original TF1 checkpoint to the project's .h5 format."""
+    if metadata is not None and not isinstance(metadata, dict):
+        raise MescError(f"convert_tf1_checkpoint's metadata must be a dict or None, got "
+                        f"{type(metadata).__name__}")
     arch, weights = read_tf1_checkpoint(prefix, image_shape)
     ae = autoencoder_with(arch, weights, prefix)
     meta = {"converted_from": str(prefix), **(metadata or {})}

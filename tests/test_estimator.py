@@ -247,14 +247,21 @@ def test_bad_input_raises_value_error(case, monkeypatch):
 
 
 def test_weights_for_other_image_size_is_refused(tmp_path, images):
+    """The messages name what the user gave (the weights file; kernels and channels), not an
+    architecture they never chose nor "this dataset"."""
     from mesc_tf.model import ConvAutoEncoder
 
     path = save_autoencoder(ConvAutoEncoder(Architecture((32, 32), (3,), (15,))).build_for_input(),
                             tmp_path / "ae32.h5")
-    with pytest.raises(ValueError, match="16x16 but the architecture expects 32x32"):
+    with pytest.raises(ValueError, match=(
+            "16x16 but the auto-encoder in .*ae32.h5 was made for 32x32 images; give images "
+            r"of that size, or weights made for 16x16 images \(None pretrains on X\)")):
         MESCClustering(3, weights=path).fit(images[0])
-    with pytest.raises(ValueError, match="holds an auto-encoder for"):
-        MESCClustering(3, weights=path, kernels=(5, 3, 3), channels=(10, 20, 30)).fit(images[0])
+    for kernels, channels in (((5, 3, 3), (10, 20, 30)), (3, 15)):  # the file's, other images
+        with pytest.raises(ValueError, match=(
+                r"differ from the auto-encoder in .*ae32.h5 \(kernels \(3,\) / channels "
+                r"\(15,\), 32x32 images\); leave kernels and channels out")):
+            MESCClustering(3, weights=path, kernels=kernels, channels=channels).fit(images[0])
 
 
 # --- fitting ---------------------------------------------------------------------------------
@@ -304,6 +311,9 @@ def test_encode_takes_any_finite_batch(fitted, images):
     with pytest.warns(UserWarning, match="negative") as caught:
         fitted.encode(-x[:2])
     assert caught[0].filename == __file__
+    with pytest.raises(MescError, match="images are 12x12 but this estimator was fitted on "
+                       "16x16 images; encode images of the size fit saw"):
+        fitted.encode(np.zeros((2, 12, 12)))
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # a constant C: clusters left empty

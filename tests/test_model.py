@@ -382,6 +382,8 @@ def test_mescnet_fit_takes_an_array_as_one_batch_in_order():
     assert steps == 3  # nothing refused took a step
     with pytest.raises(MescError, match="n_samples must be a whole number >= 1"):
         MESCNet(model.autoencoder, 6.5, model.settings)
+    with pytest.raises(MescError, match="settings must be a mesc_tf.config.Settings .*NoneType"):
+        MESCNet(model.autoencoder, 6, None)
 
 
 def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
@@ -400,6 +402,50 @@ def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
                          steps_per_epoch=2)
     np.testing.assert_array_equal(fused, reference)
     assert int(model.optimizer.iterations) == 4
+
+
+def test_a_refused_fit_leaves_the_model_trainable(monkeypatch):
+    """Images of the wrong shape, and datasets of dicts or of unknown shape, are refused in one
+    line before Keras traces a step (its wrapper added lines of its own, or failed in the
+    trace). A step whose trace fails all the same no longer spoils the model: Adam's slots were
+    first made in the traced step, so the next fit raised "Creating variables on a non-first
+    call to a function". Afterwards fit(x) takes the step a fresh model takes."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam, full_batch
+
+    model, x = tiny_mescnet(6)
+    reference = _fitted_coef(model, x, epochs=1)
+    unknown = tf.data.Dataset.from_generator(
+        lambda: iter([x]), output_signature=tf.TensorSpec(None, tf.float32))
+    for model in (tiny_mescnet(6)[0], PretrainNet(ConvAutoEncoder(TINY))):
+        model.compile(optimizer=adam(1e-2))
+        for bad, message in ((x[..., 0], "no channel axis"),
+                             (full_batch(np.zeros((6, 7, 7, 1), np.float32)),
+                              r"the dataset given to \w+ yields images of shape \(7, 7, 1\)"),
+                             (np.zeros((6, 8, 8, 2), np.float32), r"shape \(8, 8, 2\) given"),
+                             (tf.data.Dataset.from_tensors({"images": x}), "yields a dict"),
+                             (unknown, "yields tensors of unknown shape")):
+            with pytest.raises(MescError, match=message) as refused:
+                model.fit(bad, epochs=1, verbose=0)
+            assert "\n" not in str(refused.value)
+        fail_once = [True]
+        compute_terms = model.compute_terms
+
+        def failing_trace(images, fail_once=fail_once, compute_terms=compute_terms):
+            if fail_once.pop() if fail_once else False:
+                raise RuntimeError("a trace that fails")
+            return compute_terms(images)
+
+        monkeypatch.setattr(model, "compute_terms", failing_trace)
+        with pytest.raises(RuntimeError, match="a trace that fails"):
+            model.fit(x, epochs=1, verbose=0)
+        model.fit(x, epochs=1, verbose=0)
+        assert int(model.optimizer.iterations) == 1
+        with pytest.raises(MescError, match="no channel axis"):  # after a traced step too
+            model.fit(x[..., 0], epochs=1, verbose=0)
+        if isinstance(model, MESCNet):
+            np.testing.assert_array_equal(model.coef.numpy(), reference)
 
 
 def test_models_refuse_what_their_own_loss_would_ignore(tmp_path):

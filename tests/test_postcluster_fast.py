@@ -294,6 +294,32 @@ def test_discretize_margin_replays_sklearn():
             assert margin >= 0
 
 
+def test_discretize_margin_counts_one_empty_cluster(monkeypatch):
+    """An empty cluster makes discretize's K×K matrix singular, and the sign of its null
+    direction in the next rotation is rounding's choice. The margin used to count only a
+    second empty cluster (S[-2]), which let labels through unflagged that moved with the BLAS
+    thread count (the released ORL C, seeds 0 and 3). Every run that meets an empty cluster,
+    one or more, must now be below the bound."""
+    svd, empties = np.linalg.svd, []
+
+    def counting_svd(a, *args, **kwargs):
+        out = svd(a, *args, **kwargs)
+        empties.append(int((out[1] <= 1e-12 * out[1][0]).sum()))
+        return out
+
+    monkeypatch.setattr(np.linalg, "svd", counting_svd)
+    rng, seen = np.random.default_rng(0), set()
+    for n, k in ((150, 12), (200, 20)):
+        for seed in range(6):
+            vectors = rng.standard_normal((n, k)) + 3 * np.eye(k)[rng.integers(0, k, n)]
+            empties.clear()
+            _, margin = pc_fast._discretize_margin(vectors, np.random.RandomState(seed))
+            seen.add(max(empties))
+            if max(empties):
+                assert margin < pc_fast.DISCRETIZE_MARGIN_MIN, (n, k, seed, empties)
+    assert {0, 1} <= seen  # runs without an empty cluster and runs with exactly one
+
+
 def test_released_orl_C_is_flagged_and_strict_matches(shared_reference):
     """The released graph's ORL C (reference/README.md): sklearn's discretize leaves clusters
     empty there and its rotation is then arbitrary, so the reference's own labels move with

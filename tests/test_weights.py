@@ -460,3 +460,20 @@ def test_h5_save_makes_its_folder(tmp_path):
     ae = ConvAutoEncoder(ARCH).build_for_input()
     path = save_autoencoder(ae, tmp_path / "new" / "deeper" / "ae.h5")
     assert read_autoencoder_file(path)[0] == ARCH
+
+
+def test_a_file_where_the_folder_should_be_is_one_error(tmp_path, synthetic_tf1):
+    """A file in the way of the folder to be made was pathlib's FileExistsError; a metadata
+    that is no dict was a TypeError from the converter."""
+    from mesc_tf.files import save_npy
+
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    (tmp_path / "f.h5").write_bytes(b"")
+    expect_error(r"cannot write .*f\.h5/ae\.h5 .*writable", save_autoencoder, ae,
+                 tmp_path / "f.h5" / "ae.h5")
+    expect_error(r"cannot write .*f\.h5/C\.npy", save_npy, tmp_path / "f.h5" / "C.npy",
+                 np.zeros(2))
+    expect_error("metadata must be a dict or None, got list", convert_tf1_checkpoint,
+                 synthetic_tf1["orl"], get_config("orl").arch.image_shape, tmp_path / "c.h5",
+                 metadata=[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.h5"]
