@@ -67,6 +67,7 @@ def main(argv=None, cleanup=None):
     args = parse_args(argv)
     from mesc_tf import data, pipeline
     from mesc_tf.config import get_config, method_settings
+    from mesc_tf.metrics import f1_unmapped
 
     cfg = get_config(args.dataset)
     settings = cli.settings_from_args(method_settings(args.dataset, args.method), args)
@@ -144,7 +145,8 @@ def main(argv=None, cleanup=None):
         "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
         "autoencoder": ae_source,
         "resumed_at_step": before["epoch"] if before is not None else None,
-        "metrics": m, "timings": timings, "postcluster": result["postcluster"],
+        "metrics": m, "f1_unmapped": f1_unmapped(ds.y, result["labels"]),
+        "timings": timings, "postcluster": result["postcluster"],
         "final_losses": final,
         "command": " ".join(sys.argv), "versions": provenance.versions(),
         "machine": provenance.machine(),  # other CPUs and BLAS kernels round C differently
