@@ -441,7 +441,8 @@ DATASETS: dict[str, DatasetConfig] = {
         name="mnist", n_samples=10000, n_clusters=10,
         arch=Architecture(image_shape=(28, 28), **_ARCH_DEEP),
         pixels="MNIST t10k idx files, raw 0..255, row-major 28x28",
-        # The released training settings; post-clustering swept from our mnist.h5, seed 0:
+        # The released COIL40 training settings (none were released for MNIST);
+        # post-clustering swept from our mnist.h5, seed 0:
         # power 16 with d 28-32 gives 92.8-93.5, up to power 12 at most 80.4. d 32, ρ 0.03 (93.53)
         # has both ρ neighbours in that range; d 28, ρ 0.03 (93.54) has ρ 0.04 at 79.3.
         mesc=_MESC_RELEASED.replace(thr=0.03, subspace_dim=32, power=16.0),
