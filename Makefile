@@ -20,7 +20,8 @@ help:
 	@echo "make run DATASET=toy                 the same for any dataset (ARGS=\"...\" adds options)"
 	@echo "make pretrain-<dataset>              pretrain an auto-encoder: ARGS=\"--out F.h5\" (the shipped"
 	@echo "                                     pretrained/<dataset>.h5 is replaced only with --force)"
-	@echo "make table [DATASETS=orl JOBS=2]     the paper's main tables (experiments/results/)"
+	@echo "make table [DATASETS=orl JOBS=2]     the paper's main tables (experiments/results/); ORL from the"
+	@echo "                                     authors' auto-encoder unless ARGS names ORL's or AUTHORS_AE="
 	@echo "make compare-ae | faithfulness       our vs the authors' auto-encoders; port vs released graph"
 	@echo "make figures | ablation | toy | sensitivity | convergence | tsne | confusion"
 	@echo "make bench                           speed and memory (benchmarks/; figures in runs/bench/)"
@@ -38,13 +39,14 @@ test:
 # (BENCH_JSON=...), not over the committed benchmarks/results.json that the README cites.
 BENCH_JSON ?= runs/bench/results.json
 bench:
-	$(PYTHON) benchmarks/bench.py --e2e --json $(BENCH_JSON) $(ARGS)
+	$(PYTHON) benchmarks/bench.py --e2e --json $(BENCH_JSON) --force $(ARGS)
 
 # Fine-tune + cluster one benchmark with its settings from mesc_tf/config.py
 # (`make run DATASET=toy` for any dataset, including the Toy set).
 $(BENCHMARKS):
 	$(PYTHON) experiments/run.py --dataset $@ $(ARGS)
 run:
+	$(if $(DATASET),,$(error make run needs DATASET=<name>, e.g. make run DATASET=toy))
 	$(PYTHON) experiments/run.py --dataset $(DATASET) $(ARGS)
 
 # The port against the released graph on ORL, the authors' reference C's settings (README,
@@ -86,6 +88,8 @@ confusion:
 # or $MESC_TF1_DIR), from which its settings were swept: ours, pretrained/orl.h5, meets the
 # reconstruction bar but clusters worse with them (pretrained/README.md). Every other dataset
 # uses this project's pretrained/<dataset>.h5. main_table.md names the auto-encoder of every cell.
-AUTHORS_AE := --tf1-checkpoint orl=original
+# ARGS naming ORL's source (--weights orl=F.h5, --tf1-checkpoint orl=P) or --no-pretrain replace
+# it; `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5.
+AUTHORS_AE = $(if $(or $(findstring orl=,$(ARGS)),$(filter --no-pretrain,$(ARGS))),,--tf1-checkpoint orl=original)
 
 figures: $(FIGURES)

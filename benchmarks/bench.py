@@ -1,6 +1,6 @@
 """Speed and memory benchmark of fine-tuning and post-clustering (issue 6).
 
-    python benchmarks/bench.py --e2e --json runs/bench/results.json     # what `make bench` runs
+    python benchmarks/bench.py --e2e --json runs/bench/results.json --force  # `make bench`
     python benchmarks/bench.py --datasets orl,coil20 --repeats 5 --post fast --no-original
 
 Each dataset runs in its own subprocess, so that its peak RSS (``ru_maxrss``) is its own.
@@ -368,6 +368,8 @@ def parse_args(argv=None):
                    help="fine-tuning steps of the --e2e run (default 127)")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="write all figures here")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing --json file (the committed ones are cited)")
     # Internal: one dataset in this process, post-clustering the C in --coef-file if given.
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--coef-file", help=argparse.SUPPRESS)
@@ -400,7 +402,7 @@ def main(argv=None):
     from mesc_tf.files import atomic_write_text
 
     if args.json:  # before the long runs, not after
-        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     load_before = os.getloadavg()
     given = argv if argv is not None else sys.argv[1:]
     report = {"command": " ".join(["benchmarks/bench.py", *given]),

@@ -362,14 +362,17 @@ def ae_spec(src: dict) -> dict:
 
 
 def check_sources(args, datasets):
-    """Fail early (before any training) if an auto-encoder file is missing."""
+    """Fail early (before any training) if an auto-encoder file is missing, or holds another
+    architecture than its dataset's."""
+    from mesc_tf.config import get_config
+
     for name in datasets:
         src = ae_source(args, name)
         try:
             sources.resolve_autoencoder(name, weights=src.get("weights"),
                                         tf1_checkpoint=src.get("tf1_checkpoint"),
                                         no_pretrain=src.get("no_pretrain", False),
-                                        per_dataset=True)
+                                        per_dataset=True, arch=get_config(name).arch)
         except MescError as e:
             raise MescError(f"{name}: {e}") from None
 
@@ -615,8 +618,10 @@ def request_of(args, **extra) -> dict:
 
 
 def run_main(main, argv=None):
-    """Entry point: one-line errors (cli.main_guard)."""
-    return cli.main_guard(lambda: main(argv))
+    """Entry point: one-line errors (cli.main_guard); an interrupted run says how to go on
+    (finished runs are reused, Runs)."""
+    return cli.main_guard(lambda: main(argv), interrupted=lambda: (
+        "interrupted; finished runs are kept: rerun the same command to continue"))
 
 
 # ---------------------------------------------------------------------------------------------

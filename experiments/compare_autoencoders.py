@@ -241,4 +241,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.main_guard(main)
+    cli.main_guard(main, interrupted=lambda: "interrupted; the rows of the datasets finished "
+                   "are kept in autoencoders.json: rerun with --datasets naming the others")

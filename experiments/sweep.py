@@ -120,6 +120,11 @@ def main(argv=None):
     from mesc_tf.config import method_settings
     from mesc_tf.data import find_data_dir
 
+    if args.summary_only and not args.out.is_file():  # a mistyped name: nothing to summarize
+        from mesc_tf.errors import MescError
+
+        raise MescError(f"no sweep results at {args.out} to summarize; give the --out FILE of "
+                        "an earlier sweep")
     records, bad = sweep.read_records(args.out)
     if bad:
         print(f"note: {args.out}: {bad} unreadable line(s) skipped (a trial torn by a kill; "

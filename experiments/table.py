@@ -272,6 +272,7 @@ def _short(describe):
 def main(argv=None):
     args = parse_args(argv)
     from mesc_tf import data, sweep
+    from mesc_tf.config import get_config
     from mesc_tf.errors import MescError
 
     start = time.perf_counter()
@@ -283,10 +284,12 @@ def main(argv=None):
     for d in args.datasets:
         try:
             data.load_dataset(d, data_dir)
-            ae = sources.resolve_autoencoder(d, args.weights.get(d), args.tf1_checkpoint.get(d))
+            ae = sources.resolve_autoencoder(d, args.weights.get(d), args.tf1_checkpoint.get(d),
+                                             per_dataset=True, arch=get_config(d).arch,
+                                             no_pretrain_option=False)
         except MescError as e:
             if args.explicit:
-                raise
+                raise MescError(f"{d}: {e}") from None
             skipped.append(f"{d} ({e})")
             continue
         for m in args.methods:
@@ -297,6 +300,10 @@ def main(argv=None):
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)
             todo.append((d, m, ae, s, sweep.Group(s, trials, 0, tag=m)))
+    if not todo and not kept:  # nothing to run, and nothing to record: leave the table be
+        raise MescError(f"no dataset could be run, all {len(skipped)} skipped (the first: "
+                        f"{skipped[0]}); set --data-dir or MESC_DATA_DIR, or name datasets "
+                        "that can run with --datasets")
     common.check_writable_dir(args.out)  # before any cell runs; made by the first cell
     for line in skipped:
         print(f"skipped {line}")

@@ -88,23 +88,28 @@ def autoencoder_hash(ident: str) -> str:
 
 
 def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pretrain=False,
-                        per_dataset=False) -> AutoencoderSpec:
+                        per_dataset=False, arch=None, no_pretrain_option=True) -> AutoencoderSpec:
     """The AutoencoderSpec for these options, in this precedence: ``tf1_checkpoint`` (a prefix,
     or "original" for the authors' checkpoint of ``dataset``), ``weights`` (.h5), ``no_pretrain``,
     then ``pretrained/<dataset>.h5``. ``per_dataset``: the command's --weights/--tf1-checkpoint
-    take NAME=PATH (the experiments, several datasets at once), so the messages spell them so."""
+    take NAME=PATH (the experiments, several datasets at once), so the messages spell them so;
+    ``no_pretrain_option``: whether the command has --no-pretrain to suggest. Given ``arch``,
+    an .h5 file must hold that architecture (checked with h5py, before any training)."""
     w, t = ((f"--weights {dataset}=PATH", f"--tf1-checkpoint {dataset}=PREFIX") if per_dataset
             else ("--weights PATH", "--tf1-checkpoint PREFIX"))
 
     if tf1_checkpoint:
-        from mesc_tf.weights import tf1_prefix
+        from mesc_tf.weights import default_tf1_dir, tf1_prefix
 
         prefix = Path(tf1_prefix(dataset, tf1_checkpoint)).expanduser().absolute()
         index = Path(f"{prefix}.index")
         data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
         if not index.is_file() or not data:
+            hint = (f"the authors' checkpoints are looked for under {default_tf1_dir()}; set "
+                    "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders"
+                    if tf1_checkpoint == "original" else "give the prefix without .index/.data")
             raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
-                            f"{prefix.name}.data-*); give the prefix without .index/.data")
+                            f"{prefix.name}.data-*); {hint}")
         return AutoencoderSpec("tf1", str(prefix), _sha256([index, *data]))
     if weights:
         from mesc_tf.weights import require_h5
@@ -113,14 +118,24 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
         # user's own, and the hint is how to make a file.
         path = require_h5(Path(weights).expanduser().absolute(),
                           *([w] if per_dataset else []))
-        return AutoencoderSpec("weights", str(path), _sha256([path]))
+        return _checked(AutoencoderSpec("weights", str(path), _sha256([path])), arch)
     if no_pretrain:
         return AutoencoderSpec("none")
     if not dataset:
         raise MescError("an auto-encoder needs one of dataset=, weights=, tf1_checkpoint= or "
                         "no_pretrain=True to say which one")
-    path = require_pretrained(dataset, f"{w}, {t} or --no-pretrain")
-    return AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path]))
+    options = f"{w}, {t} or --no-pretrain" if no_pretrain_option else f"{w} or {t}"
+    path = require_pretrained(dataset, options)
+    return _checked(AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path])), arch)
+
+
+def _checked(spec: AutoencoderSpec, arch) -> AutoencoderSpec:
+    """``spec``, its .h5 file read and (given ``arch``) its architecture checked."""
+    if arch is not None:
+        from mesc_tf.weights import check_autoencoder_file
+
+        check_autoencoder_file(spec.path, arch)
+    return spec
 
 
 def get_autoencoder(arch: Architecture, *, dataset=None, weights=None, tf1_checkpoint=None,

@@ -479,7 +479,8 @@ def test_bench_autoencoder_source_prefers_the_shipped_weights(bench, monkeypatch
 
 def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monkeypatch,
                                                                      tmp_path):
-    """main: --coef's C goes to the datasets it has one for; an existing --json is replaced; a
+    """main: --coef's C goes to the datasets it has one for; an existing --json is replaced with
+    --force only (the committed ones are cited); a
     child that failed is reported as failed even if it wrote figures; the report, in a folder
     made for it, is kept when a benchmark failed (the error line points to it)."""
     from mesc_tf import cli, provenance
@@ -501,8 +502,11 @@ def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monk
     np.save(coefs / "orl.npy", np.eye(2, dtype=np.float32))
     out = tmp_path / "bench.json"
     out.write_text("old")
+    with pytest.raises(cli.MescError, match="bench.json already exists; .*--force"):
+        bench.main(["--datasets", "orl", "--json", str(out)])
+    assert out.read_text() == "old" and not cmds
     assert bench.main(["--datasets", "orl,coil20", "--coef", str(coefs), "--json",
-                       str(out)]) == 0
+                       str(out), "--force"]) == 0
     assert [c[c.index("--one") + 1] for c in cmds] == ["orl", "coil20"]
     assert cmds[0][-2:] == ["--coef-file", str(coefs / "orl.npy")]
     assert "--coef-file" not in cmds[1]

@@ -388,7 +388,8 @@ def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_p
     # table.py and sweep.py (sources.resolve_autoencoder) and run.py resolve it the same way.
     from experiments import run
 
-    with pytest.raises(MescError, match=f"TF1 checkpoint {tmp_path}/dscnet/EYaleB/model-102030"):
+    with pytest.raises(MescError, match=f"TF1 checkpoint {tmp_path}/dscnet/EYaleB/model-102030"
+                       f".*looked for under {tmp_path}; set MESC_TF1_DIR"):
         sources.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
     args = run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
     assert args.tf1_checkpoint == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
@@ -1014,6 +1015,16 @@ def test_check_sources_names_the_dataset_and_labels_show_short_paths(monkeypatch
     args = Namespace(tf1_checkpoint=["coil20=original"], weights=[], no_pretrain=False)
     with pytest.raises(MescError, match="^coil20: .*not found"):
         check_sources(args, ["coil20"])
+    # A file of another dataset's architecture, before any training (it was found at loading).
+    from mesc_tf.config import get_config
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.weights import save_autoencoder
+
+    orl = save_autoencoder(ConvAutoEncoder(get_config("orl").arch).build_for_input(),
+                           tmp_path / "orl.h5")
+    args = Namespace(tf1_checkpoint=[], weights=[f"coil20={orl}"], no_pretrain=False)
+    with pytest.raises(MescError, match="^coil20: .*orl.h5 holds an auto-encoder for"):
+        check_sources(args, ["coil20"])
     beside = root.parent / "shared" / "ae.h5"
     assert display_label(f"h5:{beside}") == "h5:../shared/ae.h5"
 
@@ -1080,6 +1091,28 @@ def test_every_make_target_passes_options_its_script_takes():
             module.parse_args(argv)
         except SystemExit as e:
             pytest.fail(f"make {target}: {script} refuses {argv} (exit {e.code})")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_gives_orl_the_authors_auto_encoder_unless_args_name_another():
+    """`make table ARGS="--weights orl=F"` used to pass both sources (refused as "not both"),
+    and `make run` without DATASET= reached argparse as "expected one argument"."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
+    def make(*args):
+        return subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO,
+                              capture_output=True, text=True, env=env)
+
+    assert "--tf1-checkpoint orl=original" in make("table").stdout
+    other = make("sensitivity", "ARGS=--weights coil20=x.h5").stdout  # not ORL's source
+    assert "--tf1-checkpoint orl=original" in other
+    for args in ("--weights orl=x.h5", "--tf1-checkpoint orl=p", "--no-pretrain --smoke"):
+        assert "orl=original" not in make("ablation", f"ARGS={args}").stdout, args
+    assert "orl=original" not in make("table", "AUTHORS_AE=").stdout
+    refused = make("run")
+    assert refused.returncode != 0 and "make run needs DATASET=<name>" in refused.stderr
 
 
 # argparse's own refusals: an option or value the script no longer takes. A file the command
@@ -1149,3 +1182,16 @@ def test_documented_commands_parse(monkeypatch):
         checked += 1
     assert checked > 150, checked  # the extraction still finds the documents' commands
     assert not failures, "\n".join(failures)
+
+
+def test_an_interrupted_figure_script_says_how_to_go_on(capsys):
+    """The figure scripts reuse their finished runs, so Ctrl-C's line says to rerun."""
+    from experiments.common import run_main
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as e:
+        run_main(interrupted, [])
+    assert e.value.code == 130 and capsys.readouterr().err == (
+        "error: interrupted; finished runs are kept: rerun the same command to continue\n")

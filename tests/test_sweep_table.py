@@ -144,7 +144,11 @@ def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
     for flag in ("--dry-run", "--summary-only"):
         argv = ["--dataset", "toy", "--coef-cache", str(cache), "--out", str(out), flag]
         assert script.parse_args(argv).coef_cache
-        assert script.main(argv) == 0
+        if flag == "--dry-run":
+            assert script.main(argv) == 0
+        else:  # a file that is not there (a mistyped --out) has nothing to summarize
+            with pytest.raises(MescError, match="no sweep results at .*toy.jsonl to summarize"):
+                script.main(argv)
         assert not list(tmp_path.iterdir()), flag
     coef = np.arange(9, dtype=np.float32).reshape(3, 3)
     sweep.cache_store(cache, "k", coef, 1.5)
@@ -623,6 +627,38 @@ def test_table_with_missing_data_creates_no_folder(tmp_path):
     with pytest.raises(MescError, match="eyaleb|YaleB"):
         table.main(["--datasets", "eyaleb", "--data-dir", str(tmp_path / "data"), "--out",
                     str(tmp_path / "t")])
+    assert not (tmp_path / "t").exists()
+
+
+def test_table_that_can_run_nothing_leaves_its_table_alone(tmp_path):
+    """Without --datasets every dataset without data is skipped; where all of them are, the
+    table's record of its last invocation was rewritten as "0 cells run" (exit 0)."""
+    table = _script("table")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "main_table.md").write_text("the last table\n")
+    with pytest.raises(MescError, match=r"no dataset could be run, all 7 skipped \(the first: "
+                       "orl .*set --data-dir or MESC_DATA_DIR"):
+        table.main(["--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "t")])
+    assert [p.name for p in (tmp_path / "t").iterdir()] == ["main_table.md"]
+    assert (tmp_path / "t" / "main_table.md").read_text() == "the last table\n"
+
+
+def test_table_checks_every_auto_encoder_before_its_first_cell(synthetic_data, toy_weights,
+                                                               tmp_path, monkeypatch):
+    """A file of another architecture for the second dataset was found after the first
+    dataset's cells had run; a missing default file named options table.py does not have."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    table = _script("table")
+    with pytest.raises(MescError, match=r"^orl: .*holds an auto-encoder for .*image_shape"):
+        table.main(["--datasets", "toy", "orl", "--methods", "our", "--seeds", "0",
+                    "--weights", f"toy={toy_weights}", "--weights", f"orl={toy_weights}",
+                    "--max-epochs", "2", "--out", str(tmp_path / "t")])
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path / "none"))
+    with pytest.raises(MescError, match="pass --weights toy=PATH or --tf1-checkpoint "
+                       "toy=PREFIX$"):
+        table.main(["--datasets", "toy", "--methods", "our", "--seeds", "0", "--max-epochs",
+                    "2", "--out", str(tmp_path / "t")])
     assert not (tmp_path / "t").exists()
 
 
