@@ -298,8 +298,8 @@ class _OwnLossModel(keras.Model):
         return super().__call__(x, *args, **kwargs)
 
     def _build_optimizer(self):
-        """Make Adam's slots now, not in the first traced step: a trace that fails (a dataset
-        of the wrong shape) would count as the step function's first call, and every later
+        """Make Adam's slots now, not in the first traced step: a trace that fails (an error
+        raised in the step) would count as the step function's first call, and every later
         fit would then fail to create them."""
         optimizer = getattr(self, "optimizer", None)
         if optimizer is not None and not optimizer.built:
