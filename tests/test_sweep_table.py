@@ -833,17 +833,21 @@ def test_table_md_median_tick_total_time_and_failed_seeds():
     assert "Total time of the 2 cells: 42 s" in md
 
 
-def test_table_skips_default_datasets_without_data_and_says_so(tmp_path, capsys):
+def test_table_skips_default_datasets_without_data_and_says_so(synthetic_data, capsys,
+                                                                tmp_path, monkeypatch):
     """Without --datasets, a paper dataset whose data is missing is skipped (named in the
-    output and in main_table.md), not an error; Toy is not a paper dataset."""
-    (tmp_path / "data").mkdir()
+    output and in main_table.md), not an error, while others can run; Toy is not a paper
+    dataset. (Where none can run: test_table_that_can_run_nothing_leaves_its_table_alone.)"""
+    mod = _script("table")
+    planned = []
+    monkeypatch.setattr(mod, "_run", lambda todo, args, data_dir: planned.extend(todo) or [])
     out = tmp_path / "t"
-    table = _script("table").main(["--data-dir", str(tmp_path / "data"), "--out", str(out)])
+    table = mod.main(["--data-dir", str(synthetic_data), "--out", str(out)])
     printed = capsys.readouterr().out
-    assert table == {} and json.loads((out / "main_table.json").read_text()) == {}
-    assert "skipped orl (" in printed and "skipped mnist (" in printed
-    assert "skipped toy" not in printed and "0 cells to run, 0 kept" in printed
-    assert "Skipped (no data or auto-encoder): orl (" in (out / "main_table.md").read_text()
+    assert table == {} and {cell[0] for cell in planned} == {"orl", "coil20"}
+    assert "skipped eyaleb (" in printed and "skipped mnist (" in printed
+    assert "skipped orl" not in printed and "skipped toy" not in printed
+    assert "Skipped (no data or auto-encoder): coil40 (" in (out / "main_table.md").read_text()
 
 
 def test_table_merges_every_method_it_runs_and_honours_force(synthetic_data, toy_weights,
