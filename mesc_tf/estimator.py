@@ -286,7 +286,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             raise MescError(f"image_shape {given} differs from the auto-encoder's "
                             f"{tuple(image_shape)}; leave image_shape out or use matching weights")
         size = X.shape[1:3] if X.ndim == 3 or (X.ndim == 4 and X.shape[3] == 1) else None
-        if size_source and image_shape is not None and size != tuple(image_shape):
+        if (size_source and image_shape is not None and size is not None
+                and size != tuple(image_shape)):  # other shapes: validate_images says
             (h, w), (eh, ew) = size, image_shape
             made_for, remedy = size_source
             raise MescError(f"{where}: images are {h}x{w} but {made_for} {eh}x{ew} images; "

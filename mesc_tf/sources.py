@@ -130,7 +130,7 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
 
 
 def _checked(spec: AutoencoderSpec, arch) -> AutoencoderSpec:
-    """``spec``, its .h5 file read and (given ``arch``) its architecture checked."""
+    """``spec``, its .h5 file's architecture checked against ``arch`` where that is given."""
     if arch is not None:
         from mesc_tf.weights import check_autoencoder_file
 

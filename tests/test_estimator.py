@@ -257,6 +257,8 @@ def test_weights_for_other_image_size_is_refused(tmp_path, images):
             "16x16 but the auto-encoder in .*ae32.h5 was made for 32x32 images; give images "
             r"of that size, or weights made for 16x16 images \(None pretrains on X\)")):
         MESCClustering(3, weights=path).fit(images[0])
+    with pytest.raises(ValueError, match=r"images have shape \(12, 2, 16, 16, 1\); pass"):
+        MESCClustering(3, weights=path).fit(np.zeros((12, 2, 16, 16, 1)))  # not a size error
     for kernels, channels in (((5, 3, 3), (10, 20, 30)), (3, 15)):  # the file's, other images
         with pytest.raises(ValueError, match=(
                 r"differ from the auto-encoder in .*ae32.h5 \(kernels \(3,\) / channels "
