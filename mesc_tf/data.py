@@ -161,7 +161,7 @@ def _relabel(gnd: np.ndarray) -> np.ndarray:
 
 
 def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
-                    training=True, stacklevel=3):
+                    training=True, stacklevel=3, size_hint=None):
     """Check an image array (and labels) and return it as float32 ``(n, h, w, 1)``.
 
     ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
@@ -169,7 +169,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     values beyond float32's range, (where ``training``) images that are all zero, a label count
     that is not one per image, (given ``n_clusters``) fewer than 2 images or than
     ``n_clusters``, or labels whose number of distinct classes is not ``n_clusters``; warns of
-    negative pixels, ``stacklevel`` frames up. ``where`` names the data in messages.
+    negative pixels, ``stacklevel`` frames up. ``where`` names the data in messages;
+    ``size_hint(h, w)``, where given, words what fixed ``image_shape`` and what to do for
+    images of another size h×w (default: the architecture).
     """
     x = np.asarray(x)
     if x.dtype.kind == "O":  # e.g. a list of arrays of different dtypes: numbers if they convert
@@ -191,10 +193,10 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     n = x.shape[0]
     if image_shape is not None and tuple(x.shape[1:]) != tuple(image_shape):
         (h, w), (eh, ew) = x.shape[1:], image_shape
-        raise MescError(
-            f"{where}: images are {h}x{w} but the architecture expects {eh}x{ew}; resize the "
-            f"images or use an architecture with image_shape ({h}, {w})"
-        )
+        hint = size_hint(h, w) if size_hint else (
+            f"the architecture expects {eh}x{ew}; resize the images or use an architecture "
+            f"with image_shape ({h}, {w})")
+        raise MescError(f"{where}: images are {h}x{w} but {hint}")
     bad = int(np.count_nonzero(~np.isfinite(x))) if x.dtype.kind == "f" else 0
     if bad:
         raise MescError(

@@ -246,12 +246,6 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         return Architecture(tuple(image_shape), kernels, channels)
 
     @staticmethod
-    def _size_text(X) -> str:
-        """'16x16' for images X (n, h, w[, 1]), or 'these' where X has no such shape."""
-        shape = np.shape(X)
-        return f"{shape[1]}x{shape[2]}" if len(shape) in (3, 4) else "these"
-
-    @staticmethod
     def _check_weights_architecture(weights, arch):
         """kernels/channels given beside weights must be the file's."""
         from mesc_tf.weights import read_autoencoder_file
@@ -265,11 +259,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                             "images); leave kernels and channels out to use the file's")
 
     def _validate_images(self, X, n_clusters=None, image_shape=None, where="X", training=True,
-                         size_source=None):
+                         size_hint=None):
         """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``; called from a
         public method, so that the negative-pixel warning points at the caller's line.
-        ``size_source`` (what fixed ``image_shape``, and what to do otherwise) words the
-        error for images of another size."""
+        ``size_hint``: validate_images' wording for images of another size."""
         given = self._image_shape_param()
         X = _as_array(X, where)
         if X.ndim == 2:
@@ -285,15 +278,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if given is not None and image_shape is not None and given != tuple(image_shape):
             raise MescError(f"image_shape {given} differs from the auto-encoder's "
                             f"{tuple(image_shape)}; leave image_shape out or use matching weights")
-        size = X.shape[1:3] if X.ndim == 3 or (X.ndim == 4 and X.shape[3] == 1) else None
-        if (size_source and image_shape is not None and size is not None
-                and size != tuple(image_shape)):  # other shapes: validate_images says
-            (h, w), (eh, ew) = size, image_shape
-            made_for, remedy = size_source
-            raise MescError(f"{where}: images are {h}x{w} but {made_for} {eh}x{ew} images; "
-                            f"{remedy}")
         return validate_images(X, n_clusters=n_clusters, image_shape=image_shape or given,
-                               where=where, training=training, stacklevel=4)
+                               where=where, training=training, stacklevel=4,
+                               size_hint=size_hint)
 
     # -----------------------------------------------------------------------------------------
     # scikit-learn API
@@ -318,10 +305,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         seed = self._seed()
         if weights is not None and self.kernels is None and self.channels is None:
             arch = self._architecture(None, weights)  # the one stored in the weights file
-            x = self._validate_images(X, n_clusters=k, image_shape=arch.image_shape, size_source=(
-                f"the auto-encoder in {weights} was made for",
-                f"give images of that size, or weights made for {self._size_text(X)} images "
-                "(None pretrains on X)"))
+            eh, ew = arch.image_shape
+            x = self._validate_images(
+                X, n_clusters=k, image_shape=arch.image_shape, size_hint=lambda h, w: (
+                    f"the auto-encoder in {weights} was made for {eh}x{ew} images; give images "
+                    f"of that size, or weights made for {h}x{w} images (None pretrains on X)"))
         else:
             x = self._validate_images(X, n_clusters=k)
             arch = self._architecture(x.shape[1:3])
@@ -378,8 +366,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "encoder_")
         if not is_whole(batch_size) or batch_size < 1:
             raise MescError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-        x = self._validate_images(X, image_shape=self.image_shape_, training=False, size_source=(
-            "this estimator was fitted on", "encode images of the size fit saw"))
+        eh, ew = self.image_shape_
+        x = self._validate_images(X, image_shape=self.image_shape_, training=False,
+                                  size_hint=lambda h, w: f"this estimator was fitted on {eh}x{ew} "
+                                  "images; encode images of the size fit saw")
         return latent_codes(self.encoder_, x, batch_size)
 
     def __sklearn_tags__(self):
