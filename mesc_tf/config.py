@@ -471,6 +471,7 @@ DATASETS: dict[str, DatasetConfig] = {
 
 
 def get_config(name: str) -> DatasetConfig:
+    """The DatasetConfig of a dataset name, any case (MescError for an unknown one)."""
     key = str(name).lower()
     if key not in DATASETS:
         raise MescError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")

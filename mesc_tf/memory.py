@@ -41,8 +41,10 @@ def _training_bytes_per_image(arch: Architecture) -> float:
 
 def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.36-3.89 GiB in session
-    20, during fine-tuning; estimate 3.97). ``rank`` is post-clustering's SVD rank d·K + 1
-    (the default, 121, is MNIST's 12·10 + 1; the scripts pass their dataset's).
+    20, during fine-tuning; estimate 3.97). ``rank`` is post-clustering's SVD rank d·K + 1:
+    run.py and the estimator pass their settings'; the figure scripts and sweeps, whose methods
+    differ, keep the default 121 (d 12, K 10), which at MNIST's d 32 leaves the post-clustering
+    figure 32 MB short, below fine-tuning's anyway.
 
     Fine-tuning: C and its two Adam slots (3 n² float32) stay; during a step the C-gradient
     of the self-expression term (n²), the entropy's gradient (n², recomputed from C in the
