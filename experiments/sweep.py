@@ -45,9 +45,10 @@ DEFAULT_OUT = common.RESULTS_DIR / "sweeps"  # in the checkout, wherever the com
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_dataset_arg(p)
-    p.add_argument("--grid", nargs="+", default=[], metavar="FIELD=V1,V2",
+    p.add_argument("--grid", nargs="+", action="extend", default=[], metavar="FIELD=V1,V2",
                    help="grid, e.g. 'reg1=0.5,1,2 reg2=0.1,0.2 epochs=100,200 thr=0.1,0.2' "
-                   "(one quoted string or several arguments); empty: the method's settings")
+                   "(one quoted string, several arguments or several --grid); empty: the "
+                   "method's settings")
     p.add_argument("--method", default="our", choices=METHODS,
                    help="settings the grid starts from (config.method_settings; default our)")
     common.add_seeds_arg(p, (0,), "seeds of the clustering (and, with --no-pretrain, of the "

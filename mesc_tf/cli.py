@@ -20,15 +20,41 @@ from mesc_tf.config import DATASETS, FRAMEWORKS, REGULARIZERS, VARIANTS, check_s
 from mesc_tf.errors import MescError, MescWarning, one_line
 
 
+class _ListOnce(argparse._StoreAction):
+    """A list option (nargs '+' or '*') given twice is refused: argparse would keep the last
+    list and drop the first without a word (``--seeds 0 --seeds 1`` ran seed 1 only)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault(_GIVEN, set())
+        if self in given:
+            raise argparse.ArgumentError(self, "given twice; list all its values after one "
+                                         f"{option_string}")
+        given.add(self)
+        super().__call__(parser, namespace, values, option_string)
+
+
+_GIVEN = "_list_options_given"  # _ListOnce's record on the namespace, removed after parsing
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors (argparse prints the usage block first) that also refuses
-    an empty path, which would otherwise mean the current folder or the default file."""
+    an empty path, which would otherwise mean the current folder or the default file, and a
+    list option given twice (``action="extend"`` where repeating it should add values)."""
 
     PATH_OPTIONS = ("out", "weights", "tf1_checkpoint", "save_coef", "init", "tensorboard",
                     "data_dir", "coef_cache", "json", "coef", "against", "tf1_dir", "dir")
 
     def error(self, message):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        for action in self._actions:  # those of argument groups too
+            if (type(action) is argparse._StoreAction and action.option_strings
+                    and action.nargs in ("+", "*")):
+                action.__class__ = _ListOnce
+        ns, rest = super().parse_known_args(args, namespace)
+        vars(ns).pop(_GIVEN, None)
+        return ns, rest
 
     def parse_args(self, args=None, namespace=None):
         ns = super().parse_args(args, namespace)

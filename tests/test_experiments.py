@@ -609,10 +609,12 @@ def test_sensitivity_cells_seeds_and_diverged_runs(fake_train, tmp_path):
     assert "λ1 = 0.125, λ2 = 1)" in md and "| 0.2 | 100.00 ± 0.00 | – |" in md
     # Other λ: another request; other seeds (even with --force): the records are refused, not
     # reused without the new seeds' clusterings.
+    at = argv.index("--lambda1")
     with pytest.raises(MescError, match="another request"):
-        sensitivity.main([*argv, "--lambda1", "2"])
+        sensitivity.main([*argv[:at + 1], "2", *argv[at + 2:]])
+    at = argv.index("--seeds")
     with pytest.raises(MescError, match=r"other options \(seeds: \[0, 1\] vs \[0, 1, 2\]"):
-        sensitivity.main([*argv, "--seeds", "0", "1", "2", "--force"])
+        sensitivity.main([*argv[:at + 3], "2", *argv[at + 3:], "--force"])
 
 
 def test_sensitivity_statistics_and_single_seed_markdown():

@@ -1073,6 +1073,22 @@ def test_an_empty_path_among_repeated_options_is_refused(capsys):
     assert e.value.code == 2 and err == "error: --weights is empty; give a path; see x --help\n"
 
 
+def test_a_list_option_given_twice_is_refused(capsys):
+    """argparse keeps the last of two lists and drops the first without a word; a list option
+    given twice is one error (in an argument group too), and the namespace keeps no trace."""
+    p = cli.ArgumentParser(prog="x")
+    p.add_argument("--seeds", nargs="+")
+    p.add_argument_group("g").add_argument("--methods", nargs="*")
+    ns = p.parse_args(["--seeds", "0", "1", "--methods", "our"])
+    assert vars(ns) == {"seeds": ["0", "1"], "methods": ["our"]}
+    for argv in (["--seeds", "0", "--seeds", "1"], ["--methods", "a", "--methods", "b"]):
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err == (f"error: argument {argv[0]}: given twice; list all "
+                                             f"its values after one {argv[0]}; see x --help\n")
+
+
 def test_resume_extends_a_run_and_force_starts_over(files, tmp_path, capsys, monkeypatch):
     """--resume --epochs M extends a finished run: without --checkpoint-every it keeps saving
     as the first run did, and train_s counts the earlier processes' seconds. A he_normal start

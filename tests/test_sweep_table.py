@@ -1016,3 +1016,9 @@ def test_provenance_names_the_libraries_and_the_machine(monkeypatch):
     assert m["cores"] == 1
     assert m["blas"] and all(b.split()[0] in ("openblas", "mkl", "blis", "flexiblas")
                              for b in m["blas"])
+
+
+def test_sweep_grid_adds_up_over_repeated_options():
+    """sweep.py --grid twice: both axes (the second used to replace the first)."""
+    args = _script("sweep").parse_args(["--dataset", "toy", "--grid", "reg1=1,2", "--grid", "thr=0.1,0.2"])
+    assert args.grid == {"reg1": [1.0, 2.0], "thr": [0.1, 0.2]}
