@@ -145,4 +145,4 @@ def read_backup_state(backup_dir) -> dict:
                 "seconds": float(state.get("seconds", 0.0))}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise MescError(f"cannot read the checkpoint {path} ({one_line(e)}); delete "
-                        f"{backup_dir} (or pass --force) to start over") from None
+                        f"{backup_dir} (or pass --force without --resume) to start over") from None

@@ -223,10 +223,20 @@ def _callback_state(cb) -> dict:
     return state
 
 
+_WHOLE_FIELDS = ("wait", "stopped_epoch", "best_epoch", "cooldown_counter")
+_NUMBER_FIELDS = ("best", "start_error")
+
+
 def _restore_callback_state(cb, state: dict, model_weights, where):
     for name, value in state.items():
         if name not in _STATE_FIELDS:
             raise MescError(f"{where}: unknown {type(cb).__name__} field {name!r}")
+        # Checked here: a wrong type would fail inside fit, as a traceback.
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ((name in _WHOLE_FIELDS and not (number and float(value).is_integer()))
+                or (name in _NUMBER_FIELDS and not number)):
+            raise MescError(f"{where}: {type(cb).__name__}'s {name} is {value!r}, not a "
+                            f"{'whole ' if name in _WHOLE_FIELDS else ''}number")
         if name.endswith("_weights") and value is not None:
             value = [np.asarray(w, dtype=m.dtype) for w, m in zip(value, model_weights)]
             if [w.shape for w in value] != [m.shape for m in model_weights]:
@@ -315,8 +325,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             self.model.load_weights(str(weights))
         except (OSError, ValueError, KeyError) as e:
             raise MescError(f"cannot restore the checkpoint {weights} ({one_line(e)}); it is "
-                            "damaged or belongs to a different model: delete it (or pass "
-                            "--force) to start over") from None
+                            f"damaged or belongs to a different model: delete {self.backup_dir} "
+                            "(or pass --force without --resume) to start over") from None
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
         saved = state.get("callbacks", {})  # older backups have no such key
@@ -327,7 +337,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                                             self.model.get_weights(), self._state_path)
         except (MescError, ValueError, TypeError, AttributeError) as e:
             raise MescError(f"cannot restore the checkpoint's callback state ({e}); delete "
-                            f"{self.backup_dir} (or pass --force) to start over") from None
+                            f"{self.backup_dir} (or pass --force without --resume) to start "
+                            "over") from None
 
     def on_train_begin(self, logs=None):
         # After the stateful callbacks' own on_train_begin, which resets them (fit_steps puts

@@ -234,6 +234,16 @@ def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_ru
     state_path.write_text(json.dumps(state))
     with pytest.raises(MescError, match="cannot restore the checkpoint's callback state"):
         pipeline.pretrain(x, ARCH, schedule.replace(max_steps=60), verbose=0, backup_dir=backup)
+    # A counter that is not a number failed inside fit, as a TypeError.
+    state["callbacks"]["EarlyStopping"].pop("best_weights")
+    for field, value in (("wait", "x"), ("wait", 1.5), ("best", None), ("best_epoch", True)):
+        bad = json.loads(json.dumps(state))
+        bad["callbacks"]["EarlyStopping"][field] = value
+        state_path.write_text(json.dumps(bad))
+        with pytest.raises(MescError, match=f"EarlyStopping.s {field} is .*, not a .*number\\); "
+                           r"delete .* \(or pass --force without --resume\) to start over"):
+            pipeline.pretrain(x, ARCH, schedule.replace(max_steps=60), verbose=0,
+                              backup_dir=backup)
 
 
 @pytest.mark.parametrize("stop", ["early_stopping", "target", "max_steps"])
