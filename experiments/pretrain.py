@@ -14,6 +14,7 @@ per dataset are in mesc_tf/config.py.
 import argparse
 import dataclasses
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -38,6 +39,11 @@ def scale_arg(text):
     return values[0] if len(values) == 1 else tuple(values)
 
 
+# Pretraining runs thousands of steps (MNIST's 2 s each): checkpoints are on unless switched off.
+# A checkpoint of these auto-encoders is well under a megabyte and takes milliseconds.
+CHECKPOINT_EVERY = 100
+
+
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_dataset_arg(p)
@@ -49,16 +55,17 @@ def parse_args(argv=None):
     p.add_argument("--out", help="output .h5 (default: pretrained/<dataset>.h5, or "
                    "$MESC_PRETRAINED_DIR/<dataset>.h5 if that is set)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
-    p.add_argument("--checkpoint-every", type=cli.at_least(1), metavar="N",
-                   help="save the training state every N steps (for --resume)")
+    p.add_argument("--checkpoint-every", type=cli.at_least(0), metavar="N",
+                   help="save the training state every N steps, for --resume (default "
+                   f"{CHECKPOINT_EVERY}, or as the resumed run did; 0: none)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted pretraining")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard logs to DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     s = p.add_argument_group("schedule (default: the dataset's, mesc_tf/config.py)")
     s.add_argument("--lr", type=float, help="Adam learning rate")
     s.add_argument("--batch-size", type=int, metavar="B",
-                   help="images per step (where none is configured: all of them, unless "
-                   "their activations do not fit in memory)")
+                   help="images per step, all of them if B is at least their number (where "
+                   "none is configured: all, unless their activations do not fit in memory)")
     s.add_argument("--max-steps", type=int, help="upper bound on steps")
     s.add_argument("--patience", type=int, help="steps without improvement before stopping")
     s.add_argument("--min-delta", type=float, help="improvement of the relative error that counts")
@@ -127,7 +134,7 @@ def _resumed_run(args, ckpt, schedule, n_images):
         raise MescError(f"the checkpoint {ckpt} is at step {step}, past --max-steps "
                         f"{schedule.max_steps}; resume with --max-steps {step} or more")
     if args.checkpoint_every is None:  # keep saving as the interrupted run did
-        args.checkpoint_every = recorded["checkpoint_every"]
+        args.checkpoint_every = recorded["checkpoint_every"] or CHECKPOINT_EVERY
     for name in ("batch_size", "seed", "lr", "initializer", "init"):
         shown = given = getattr(args, name)
         kept = recorded[name]
@@ -179,12 +186,13 @@ def _metadata(args, cfg, n_images, schedule, recorded, seed, batch_size, info, i
         "channel_activity": info["channel_activity"],
         # This process's seconds plus the recorded training time of the steps it resumed.
         "seconds": seconds,
-        "command": " ".join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
         "versions": provenance.versions(),
+        "machine": provenance.machine(),  # other CPUs and BLAS kernels round differently
     }
 
 
-def _report(info, out, schedule):
+def _report(info, out, schedule, init):
     """The closing lines: steps, error, dead or rarely active channels, the file written."""
     rare = {name: [c for c, a in enumerate(act) if a < 0.01]
             for name, act in info["channel_activity"].items()}
@@ -193,8 +201,9 @@ def _report(info, out, schedule):
           f"{info['relative_error']:.5f}, dead latent channels {info['dead_channels'] or 'none'}, "
           f"channels on at < 1 % of positions: {rare}; wrote {out}")
     if info["steps"] and not info["best_step"]:
-        print(f"note: no step improved on the starting weights, so they were kept; a converged "
-              f"--init may need a lower --lr than {schedule.lr:g}")
+        print("note: no step improved on the starting weights, so they were kept; "
+              + (f"a converged --init may need a lower --lr than {schedule.lr:g}" if init
+                 else f"try a lower --lr than {schedule.lr:g}"))
 
 
 def main(argv=None, cleanup=None):
@@ -216,15 +225,22 @@ def main(argv=None, cleanup=None):
         raise MescError(f"--max-steps 0 with no activation scale (none configured for "
                         f"{args.dataset}) would only copy {args.init}; give --activation-scale S")
     out = Path(args.out) if args.out else sources.pretrained_path(args.dataset)
+    ckpt = out.with_name(out.stem + ".checkpoint")
+    if ckpt == out:
+        raise MescError(f"--out {out}: <name>.checkpoint is the name of the output's checkpoint "
+                        f"folder; name the output e.g. {out.with_suffix('.h5')}")
     # Before the (long) training: refuse to replace a result, and check it can be written.
     made = cli.prepare_out_file(out, force=args.force, what="output")
     if cleanup is not None:
         cleanup.extend(made)
-    ckpt = out.with_name(out.stem + ".checkpoint")
+    if args.checkpoint_every is None and not args.resume:
+        args.checkpoint_every = CHECKPOINT_EVERY
     backup = ckpt if (args.checkpoint_every or args.resume) else None
     _checkpointing[0] = backup
     if args.resume and not (ckpt / "state.json").exists():
-        raise MescError(f"nothing to resume at {ckpt}; start with --checkpoint-every N")
+        raise MescError(f"nothing to resume at {ckpt}: no checkpoint was saved there (a run "
+                        "stopped before its first, or ran with --checkpoint-every 0); run the "
+                        "command without --resume")
     if not args.resume and (ckpt / "state.json").exists() and not args.force:
         raise MescError(f"{ckpt} holds the checkpoint of an unfinished pretraining; pass "
                         "--resume to continue it or --force to start over")
@@ -265,16 +281,24 @@ def main(argv=None, cleanup=None):
     from mesc_tf.weights import load_autoencoder, save_autoencoder
 
     configure_runtime(seed)
+    shown = str(schedule)
+    if args.init:  # the initializer plays no part: the weights come from the file
+        shown = shown.replace(f"initializer={schedule.initializer!r}", f"init={args.init!r}")
     print(f"pretraining {args.dataset}: {len(ds.x)} images, architecture {cfg.arch.to_dict()}, "
-          f"{schedule}")
+          f"{shown}")
     resumed_at = before["epoch"] if before else None
     earlier_s = before["seconds"] if before else 0.0  # the steps kept from before
     start = time.perf_counter()
     init, init_meta = load_autoencoder(args.init, cfg.arch) if args.init else (None, None)
-    ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,
-                                 verbose=0 if args.quiet else 1,
-                                 log_dir=args.tensorboard, backup_dir=backup,
-                                 checkpoint_every=args.checkpoint_every, seed=seed)
+    try:
+        ae, info = pipeline.pretrain(ds.x, cfg.arch, schedule, init=init,
+                                     verbose=0 if args.quiet else 1,
+                                     log_dir=args.tensorboard, backup_dir=backup,
+                                     checkpoint_every=args.checkpoint_every, seed=seed)
+    except pipeline.Diverged:
+        if backup is not None:  # its best weights diverged too: nothing to resume
+            shutil.rmtree(backup, ignore_errors=True)
+        raise
     if info["relative_error"] >= 1:  # an auto-encoder that outputs 0 scores 1
         print(f"warning: relative reconstruction error {info['relative_error']:.4g} >= 1: this "
               "auto-encoder reconstructs nothing; train longer or lower --lr", file=sys.stderr)
@@ -284,7 +308,7 @@ def main(argv=None, cleanup=None):
     save_autoencoder(ae, out, meta)
     if backup is not None:  # the result is safe; its checkpoint would only be stale now
         shutil.rmtree(backup, ignore_errors=True)
-    _report(info, out, schedule)
+    _report(info, out, schedule, args.init)
     return meta
 
 

@@ -8,13 +8,19 @@ One code path: ``experiments/run.py``, the sweeps, the tables and
 
 import gc
 import time
+import warnings
 
 import numpy as np
 
 from mesc_tf import memory, postcluster
 from mesc_tf.config import Architecture, Settings, check_post_method
-from mesc_tf.errors import MescError
+from mesc_tf.data import validate_images
+from mesc_tf.errors import MescError, MescWarning
 from mesc_tf.metrics import evaluate
+
+class Diverged(MescError):
+    """Pretraining ended with weights that reconstruct nothing finite: even its best step's."""
+
 
 def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=None,
              backup_dir=None, checkpoint_every=None, jit_compile=False, seed=0):
@@ -35,6 +41,11 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
                                   rescale_activations)
     from mesc_tf.training import StartingPoint, StopAtTarget, fit_steps
 
+    # NaN pixels would make every weight NaN, reported only at the end as a divergence. The
+    # negative-pixel warning is the callers' (the estimator and the loaders give it already).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "pretraining images: .* negative", MescWarning)
+        x = validate_images(x, image_shape=arch.image_shape, where="pretraining images")
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
     net = PretrainNet(ae)
@@ -69,7 +80,7 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
         history, seconds, steps, final_lr = {}, 0.0, 0, None
     error = relative_error(ae, x)
     if not np.isfinite(error):  # NaN weights would give arbitrary codes, and labels, silently
-        raise MescError(f"pretraining diverged (relative reconstruction error {error}); lower "
+        raise Diverged(f"pretraining diverged (relative reconstruction error {error}); lower "
                         f"the learning rate (it was {schedule.lr:g}) or scale the images (the "
                         f"largest value is {float(np.max(x)):.3g}), e.g. to [0, 1]")
     factors = (rescale_activations(ae, x, schedule.activation_scale)

@@ -113,6 +113,17 @@ def test_diverged_pretraining_is_refused_not_returned(x):
         pipeline.pretrain(x * np.float32(1e30), ARCH, Pretrain(lr=1e-2, max_steps=2), verbose=0)
 
 
+def test_pretraining_refuses_nan_images_before_training(x):
+    """NaN pixels used to train to NaN weights and be reported as a divergence (blaming the
+    learning rate); now they are refused first, as the estimator and the loaders refuse them."""
+    bad = x.copy()
+    bad[0, 0, 0, 0] = np.nan
+    configure_runtime(0)
+    with pytest.raises(MescError, match="pretraining images: images hold 1 NaN or infinite "
+                       "values; remove or fill them first"):
+        pipeline.pretrain(bad, ARCH, Pretrain(max_steps=2), verbose=0)
+
+
 def test_lr_patience_halves_the_rate_on_plateaus(x):
     """With no improvement, ReduceLROnPlateau halves the rate every ``lr_patience`` steps."""
     configure_runtime(0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mesc_tf import pipeline, provenance
+from mesc_tf import cli, pipeline, provenance
 from mesc_tf.config import Pretrain, get_config
 from mesc_tf.errors import MescError
 from synthetic import write_fea_gnd  # tests/synthetic.py
@@ -259,3 +259,53 @@ def test_a_run_that_kept_its_starting_weights_says_so(orl, tmp_path, capsys, mon
     assert code == 0, err
     assert ("note: no step improved on the starting weights, so they were kept; a converged "
             "--init may need a lower --lr than 0.3") in stdout
+
+
+def test_an_interrupted_run_keeps_a_checkpoint_by_default(orl, tmp_path, capsys, monkeypatch):
+    """Without --checkpoint-every a run saves every CHECKPOINT_EVERY steps (Ctrl-C lost every
+    step before): interrupted before its file is written, it resumes with --resume alone and
+    keeps saving at that interval; --checkpoint-every 0 saves none."""
+    from mesc_tf import weights
+    from mesc_tf.weights import read_autoencoder_file
+
+    monkeypatch.setattr(PRETRAIN, "CHECKPOINT_EVERY", 2)
+    real = weights.save_autoencoder
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    def interrupted(argv):  # as __main__ runs it, with its Ctrl-C line
+        cleanup = []
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            cli.main_guard(lambda: PRETRAIN.main([str(a) for a in argv], cleanup=cleanup),
+                           cleanup, lambda: cli.training_interrupted(PRETRAIN._checkpointing[0]))
+        return e.value.code, capsys.readouterr().err
+
+    monkeypatch.setattr(weights, "save_autoencoder", ctrl_c)
+    out = tmp_path / "orl.h5"
+    code, err = interrupted([*_data(orl), "--max-steps", "3", "--out", out])
+    assert code == 130 and "the last checkpoint is kept" in err and "--resume" in err
+    state = json.loads((tmp_path / "orl.checkpoint" / "state.json").read_text())
+    assert state["epoch"] == 3  # the last step is always saved
+    assert json.loads((tmp_path / "orl.checkpoint" / "run.json").read_text())[
+        "checkpoint_every"] == 2
+    monkeypatch.setattr(weights, "save_autoencoder", real)
+    calls = _spy(monkeypatch)
+    code, _, err = invoke([*_data(orl), "--resume", "--max-steps", "5", "--out", out], capsys)
+    assert code == 0, err
+    assert calls[0]["had_state"] and calls[0]["kwargs"]["checkpoint_every"] == 2
+    assert read_autoencoder_file(out)[1]["steps"] == 5
+    assert not (tmp_path / "orl.checkpoint").exists()
+    monkeypatch.setattr(weights, "save_autoencoder", ctrl_c)
+    code, err = interrupted([*_data(orl), "--max-steps", "3", "--checkpoint-every", "0",
+                             "--out", tmp_path / "b.h5"])
+    assert code == 130 and "nothing was kept" in err and not (tmp_path / "b.checkpoint").exists()
+
+
+def test_an_output_named_like_its_checkpoint_folder_is_refused(orl, tmp_path, capsys):
+    """--out X.checkpoint would be its own checkpoint folder: it failed after the training."""
+    code, _, err = invoke([*_data(orl), "--max-steps", "2", "--out", tmp_path / "a.checkpoint"],
+                          capsys)
+    assert code == 2 and "name the output e.g. " in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())

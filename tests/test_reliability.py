@@ -139,7 +139,7 @@ def files(tmp_path_factory):
 # Every count option: (script, words before it, option, least value); cli.at_least checks them.
 COUNTS = [
     ("experiments/run.py", [], "--checkpoint-every", 1),
-    ("experiments/pretrain.py", [], "--checkpoint-every", 1),
+    ("experiments/pretrain.py", [], "--checkpoint-every", 0),
     ("experiments/table.py", [], "--jobs", 1), ("experiments/table.py", [], "--max-epochs", 1),
     ("experiments/sweep.py", [], "--threads-per-job", 1), ("experiments/sweep.py", [], "--top", 1),
     ("experiments/compare_autoencoders.py", [], "--jobs", 1),
@@ -590,7 +590,7 @@ def test_pretrain_follows_the_same_rules(files, tmp_path, capsys):
         (["--lr", "0"], "--lr must be a finite number > 0"), (["--lr", "inf"], "got inf"),
         (["--max-steps", "-1"], "--max-steps must be a whole number >= 0"),
         (["--max-steps", "0"], "trains nothing: give --init"),
-        (["--checkpoint-every", "0"], ">= 1"),
+        (["--checkpoint-every", "-1"], ">= 0"),
         (["--out", files["a_file"] / "x.h5"], "cannot write"),
         (["--out", out, "--resume"], "nothing to resume"),
         (["--out", out, "--tensorboard", files["a_file"]], "pass a writable --tensorboard DIR"),
