@@ -84,7 +84,8 @@ def _open_h5(path):
         return h5py.File(path, "r")
     except OSError as e:
         raise MescError(f"cannot read auto-encoder file {path} ({e}); it is not a valid .h5 "
-                        "file: re-create it with experiments/pretrain.py") from None
+                        "file: re-create it with experiments/pretrain.py (a Keras .keras file "
+                        "loads with keras.models.load_model)") from None
 
 
 def save_autoencoder(autoencoder, path, metadata=None):
@@ -156,7 +157,9 @@ def _read_open_file(f, path):
 
     if f.attrs.get("format") != FORMAT:
         raise MescError(f"{path} is not a mesc-tf auto-encoder file (no format={FORMAT!r} "
-                        "attribute); convert TF1 checkpoints with --tf1-checkpoint instead")
+                        "attribute); give a file of experiments/pretrain.py or "
+                        "save_autoencoder (a TF1 checkpoint converts with "
+                        "mesc_tf.weights.convert_tf1_checkpoint, or run.py --tf1-checkpoint)")
     version = f.attrs.get("version")
     if version != VERSION:
         shown = "none" if version is None else np.asarray(version).tolist()
