@@ -160,23 +160,41 @@ def adam(lr):
 
 
 class StepProgbar(keras.callbacks.Callback):
-    """Keras' Progbar over all steps (= epochs), showing the loss terms."""
+    """Keras' Progbar over all steps (= epochs), showing the loss terms; in a log file (no
+    terminal) a plain line every ``log_every`` seconds and at the last step instead, since
+    Keras' bar writes carriage returns and colour codes wherever ``sys`` is posix."""
 
-    def __init__(self, total_steps, verbose=1):
+    def __init__(self, total_steps, verbose=1, log_every=30.0):
         super().__init__()
-        self.total_steps = total_steps
-        self.verbose = verbose
+        self.total_steps, self.verbose, self.log_every = total_steps, verbose, log_every
 
     def on_train_begin(self, logs=None):
-        # In a log file (no terminal) print a line every 30 s instead of every step.
-        tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
-        self.bar = keras.utils.Progbar(self.total_steps, verbose=self.verbose,
-                                       interval=0.05 if tty else 30.0, unit_name="step",
+        self.tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        self.bar = keras.utils.Progbar(self.total_steps, verbose=self.verbose, interval=0.05,
+                                       unit_name="step",
                                        stateful_metrics=["loss", "recon", "reg", "selfexp",
-                                                         "rel_err"])
+                                                         "rel_err"]) if self.tty else None
+        self._start, self._last, self._line, self._step = time.perf_counter(), None, None, 0
 
     def on_epoch_end(self, epoch, logs=None):
-        self.bar.update(epoch + 1, [(k, float(v)) for k, v in (logs or {}).items()])
+        values = [(k, float(v)) for k, v in (logs or {}).items()]
+        self._step = epoch + 1
+        if self.bar is not None:
+            self.bar.update(epoch + 1, values)
+            return
+        now = time.perf_counter()
+        self._line = (f"step {epoch + 1}/{self.total_steps} - {now - self._start:.0f}s - "
+                      + " - ".join(f"{k}: {v:.4g}" for k, v in values))
+        if self._last is None or now - self._last >= self.log_every:
+            self._last = now
+            print(self._line, flush=True)
+            self._line = None
+
+    def on_train_end(self, logs=None):
+        if self.bar is not None and self._step < self.total_steps:
+            print(flush=True)  # stopped early: the bar's line is not ended yet
+        elif self._line is not None:  # the last step's line, wherever training stopped
+            print(self._line, flush=True)
 
 
 class StopAtTarget(keras.callbacks.Callback):

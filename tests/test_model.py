@@ -2,6 +2,7 @@
 (reference-facts §1.2, §2.1-2.3)."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -226,15 +227,24 @@ def test_jit_compile_is_not_refused():
         configure_runtime(0)
 
 
-def test_progress_bar_shows_every_loss_term(capsys):
-    """verbose=1: Keras' Progbar counts steps and shows the loss terms of the last one."""
+def test_progress_bar_shows_every_loss_term(capsys, monkeypatch):
+    """verbose=1: on a terminal Keras' Progbar counts steps and shows the loss terms of the last
+    one; in a log file, plain lines (Keras' bar wrote carriage returns and colour codes there):
+    the first step's, then one every 30 s, and the last step's."""
     from mesc_tf.training import configure_runtime, fit_steps
 
     configure_runtime(0)
     model, x = tiny_mescnet(12)
     history, _ = fit_steps(model, x, 3, 1e-3, verbose=1)
     out = capsys.readouterr().out
-    assert "3/3" in out and "step" in out
+    assert "\r" not in out and "\x1b" not in out
+    assert [line.split(" - ")[0] for line in out.splitlines()] == ["step 1/3", "step 3/3"]
+    for term in ("loss", "recon", "reg", "selfexp"):
+        assert f"{term}: {history[term][-1]:.4g}" in out.splitlines()[-1], term
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    history, _ = fit_steps(model, x, 3, 1e-3, verbose=1)
+    out = capsys.readouterr().out
+    assert "3/3" in out and "step" in out and "\r" in out
     for term in ("loss", "recon", "reg", "selfexp"):
         assert f"{term}: {history[term][-1]:.4f}" in out, term
 
