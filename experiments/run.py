@@ -10,6 +10,7 @@ overridable), runs the shared post-clustering, prints ACC/NMI/PUR/ARI/F1 and wri
 results.json into the run directory.
 """
 
+import shlex
 import shutil
 import sys
 import time
@@ -105,9 +106,9 @@ def main(argv=None, cleanup=None):
     from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
 
     configure_runtime(args.seed, deterministic=not args.jit)  # Keras: no XLA under determinism
-    ae, ae_source = sources.get_autoencoder(
-        cfg.arch, dataset=args.dataset, weights=args.weights,
-        tf1_checkpoint=args.tf1_checkpoint, no_pretrain=args.no_pretrain)
+    spec = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
+                                       args.no_pretrain)
+    ae, ae_source = spec.load(cfg.arch), spec.describe()
 
     # Every input is checked: only now replace an unfinished run's checkpoint (--force) and
     # write into the run directory.
@@ -144,11 +145,12 @@ def main(argv=None, cleanup=None):
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
         "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
         "autoencoder": ae_source,
+        "autoencoder_id": spec.ident,  # kind and content hash, as the sweep records keep it
         "resumed_at_step": before["epoch"] if before is not None else None,
         "metrics": m, "f1_unmapped": f1_unmapped(ds.y, result["labels"]),
         "timings": timings, "postcluster": result["postcluster"],
         "final_losses": final,
-        "command": " ".join(sys.argv), "versions": provenance.versions(),
+        "command": shlex.join(sys.argv), "versions": provenance.versions(),
         "machine": provenance.machine(),  # other CPUs and BLAS kernels round C differently
     })
     print(f"results: {out / 'results.json'}")

@@ -156,6 +156,10 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path,
     assert saved["settings"]["lr"] == 5e-3 and saved["settings"]["reg2"] == 0.2
     assert saved["settings"]["framework"] == "decoupled"
     assert "TF1 checkpoint" in saved["autoencoder"]
+    from mesc_tf.sources import resolve_autoencoder
+
+    ident = resolve_autoencoder("orl", tf1_checkpoint=tf1_ckpts["orl"]).ident
+    assert saved["autoencoder_id"] == ident and ident.startswith("tf1:")  # the content's hash
     assert set(saved["final_losses"]) == {"loss", "recon", "reg", "selfexp"}
     assert set(saved["machine"]) == {"cores", "cpu", "platform", "blas"}
     assert saved["machine"]["blas"]  # the BLAS kernels, which move ill-posed labels
