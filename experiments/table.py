@@ -127,16 +127,60 @@ def cell_settings(dataset, method, max_epochs=None):
 
 
 def load_table(path):
+    """The JSON object in ``path`` ({} if there is none); a one-line MescError otherwise."""
     from mesc_tf.errors import MescError
 
     if not path.exists():
         return {}
+    if path.is_dir():
+        raise MescError(f"{path} is a folder, not a table file; move it away or pass another "
+                        "--out DIR")
     try:
         table = json.loads(path.read_text())
         if not isinstance(table, dict):
             raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MescError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); move it "
+                        "away or fix it, then rerun") from None
     except ValueError as e:
         raise MescError(f"cannot read {path} ({e}); move it away or fix it, then rerun") from None
+    return table
+
+
+def _cell_problem(cell):
+    """What in a main_table.json cell the table cannot use (render_md, cell_is_current)."""
+    if not isinstance(cell, dict):
+        return "not a JSON object"
+    for key in ("acc", "nmi"):
+        values = cell.get(key)
+        if values is not None and not (isinstance(values, list) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+            return f"{key} is not a list of numbers"
+    if not isinstance(cell.get("seconds", 0), (int, float)):
+        return "seconds is not a number"
+    machine = cell.get("machine")
+    if machine and not (isinstance(machine, dict) and {"cpu", "cores"} <= set(machine)):
+        return "machine is not an object with cpu and cores"
+    for key, kind, what in (("seeds", list, "a list"), ("failed_seeds", dict, "an object"),
+                            ("autoencoder", str, "a string")):
+        if cell.get(key) is not None and not isinstance(cell[key], kind):
+            return f"{key} is not {what}"
+    return None
+
+
+def load_cells(path):
+    """main_table.json as {dataset: {method: cell}}: load_table, then each dataset's entry and
+    cell checked for the shape the table reads (one MescError naming the first bad one)."""
+    from mesc_tf.errors import MescError
+
+    table = load_table(path)
+    for d, cells in table.items():
+        problems = ([(d, "not a JSON object")] if not isinstance(cells, dict) else
+                    [(f"{d}/{m}", p) for m, c in cells.items() if (p := _cell_problem(c))])
+        if problems:
+            where, problem = problems[0]
+            raise MescError(f"cannot use {path} ({where}: {problem}); move the file away or "
+                            "fix it, then rerun")
     return table
 
 
@@ -277,7 +321,7 @@ def main(argv=None):
 
     start = time.perf_counter()
     json_path, md_path = args.out / "main_table.json", args.out / "main_table.md"
-    table = load_table(json_path)
+    table = load_cells(json_path)  # before any training
     data_dir = data.find_data_dir(args.data_dir)
 
     todo, kept, skipped = [], 0, []
@@ -320,7 +364,7 @@ def main(argv=None):
 
         args.out.mkdir(parents=True, exist_ok=True)
         with files.locked(args.out / ".main_table.lock"):
-            merged = load_table(json_path)
+            merged = load_cells(json_path)
             for (d, m), cell in ran.items():
                 merged.setdefault(d, {})[m] = cell
             files.write_json(json_path, merged)

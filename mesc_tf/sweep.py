@@ -189,9 +189,55 @@ def archive_paths(path) -> list[Path]:
     return [p for _, p in sorted(parts)]
 
 
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string"}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def record_problem(rec) -> str | None:
+    """What keeps a parsed JSON line from being a trial record (the keys and types that
+    resuming and the summaries read), or None for a record."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    missing = [k for k in ("dataset", "autoencoder_id", "seed", "settings", "metrics", "error",
+                           "timings") if k not in rec]
+    if missing:
+        return f"no {', '.join(missing)}"
+    for key in ("dataset", "autoencoder_id"):
+        if not isinstance(rec[key], str):
+            return f"{key} is not a string"
+    if not isinstance(rec["seed"], int) or isinstance(rec["seed"], bool) or rec["seed"] < 0:
+        return "seed is not a whole number >= 0"
+    if not isinstance(rec["settings"], dict):
+        return "settings is not an object"
+    for field, kind in FIELD_TYPES.items():
+        if field not in rec["settings"]:
+            return f"settings has no {field}"
+        value = rec["settings"][field]
+        ok = isinstance(value, str) if kind is str else _number(value) and (
+            kind is float or isinstance(value, int))  # an int field: no 2.0
+        if not ok:
+            return f"settings.{field} is not {_KIND_NAMES[kind]}"
+    if not (rec["error"] is None or isinstance(rec["error"], str)):
+        return "error is neither null nor a string"
+    if not isinstance(rec["timings"], dict):
+        return "timings is not an object"
+    if rec["metrics"] is not None:
+        if not isinstance(rec["metrics"], dict):
+            return "metrics is neither null nor an object"
+        for m in ("acc", "nmi"):
+            if not _number(rec["metrics"].get(m)):
+                return f"metrics.{m} is not a number"
+    return None
+
+
 def read_records(path) -> tuple[list[dict], int]:
-    """The trial records of a JSON-lines file and the number of unreadable (torn) lines; a
-    line that cannot be the start of a record means the file is something else (an error).
+    """The trial records of a JSON-lines file and the number of unreadable (torn) lines. A
+    torn line (a kill in the middle of a write) is one that does not parse as JSON; any other
+    line that is not a trial record (:func:`record_problem`) means the file is something else,
+    a MescError naming the line.
 
     Records in its archive parts (``archive_paths``) come first. Sweeps append to the plain
     file only; renaming a finished file to the next part (``mv orl.jsonl orl.part3.jsonl``)
@@ -216,13 +262,15 @@ def read_records(path) -> tuple[list[dict], int]:
                 continue
             try:
                 rec = json.loads(line)
-                record_key(rec)
-            except (ValueError, KeyError, TypeError):
-                if not line.startswith('{"'):  # a torn record starts as every record does
-                    raise MescError(f"{source} is not a file of sweep results (line {number} is "
-                                    "not a trial record); pass another --out") from None
-                bad += 1
-                continue
+                problem = record_problem(rec)
+            except ValueError:
+                if line.startswith('{"'):  # a torn record starts as every record does
+                    bad += 1
+                    continue
+                problem = "not JSON"
+            if problem:
+                raise MescError(f"{source} is not a file of sweep results (line {number}: "
+                                f"{problem}); pass another --out FILE")
             records.append(rec)
     return records, bad
 

@@ -185,9 +185,13 @@ def test_plan_shares_training_across_post_settings_seeds_and_steps():
     assert skipped == 8 and len(groups) == 1 and groups[0].train.reg1 == 2
 
 
+_REC = {"dataset": "toy", "autoencoder_id": "none", "settings": Settings().to_dict(), "seed": 0,
+        "metrics": None, "error": None, "timings": {}}  # the least a record holds
+
+
 def test_results_file_survives_a_torn_line(tmp_path):
     out = tmp_path / "s.jsonl"
-    rec = {"dataset": "toy", "autoencoder_id": "none", "settings": Settings().to_dict(), "seed": 0}
+    rec = _REC
     sweep.append_jsonl(out, rec)
     with open(out, "a") as f:
         f.write('{"dataset": "toy", "autoenc')  # a kill in the middle of a write
@@ -208,7 +212,7 @@ def test_archive_parts_are_read_before_the_file(tmp_path):
     order of N and before the plain file; new ones go to the plain file; a part that is not
     text is one clear error."""
     out = tmp_path / "s.jsonl"
-    rec = {"dataset": "toy", "autoencoder_id": "none", "settings": Settings().to_dict(), "seed": 0}
+    rec = _REC
     for seed, part in ((0, 2), (1, 10)):  # part 10 after part 2: numeric, not lexical, order
         sweep.append_jsonl(out, {**rec, "seed": seed})
         out.rename(tmp_path / f"s.part{part}.jsonl")
@@ -710,17 +714,43 @@ def test_retry_errors_reruns_only_the_failed_trials():
     assert sweep.done_keys([ok, failed], retry_errors=True) == {sweep.record_key(ok)}
 
 
-def test_json_lines_without_a_trials_keys_are_not_taken_as_records(tmp_path):
-    """A line that parses as JSON but lacks a trial's keys (dataset, autoencoder_id, settings,
-    seed) is not a record: read_records counts it as unreadable instead of handing it to
-    done_keys/summarize, which would fail on it with a KeyError traceback."""
+@pytest.mark.parametrize("line, problem", [
+    ({"step": 1, "loss": 0.5}, "no dataset, autoencoder_id, seed, settings, metrics, error, "
+                               "timings"),
+    ({k: v for k, v in _rec(1.0, 1, 0.5).items() if k != "timings"}, "no timings"),
+    ({**_rec(1.0, 1, 0.5), "metrics": {"acc": "0.5", "nmi": 0.5}}, "metrics.acc is not a number"),
+    ({**_rec(1.0, 1, 0.5), "settings": {k: v for k, v in Settings().to_dict().items()
+                                        if k != "thr"}}, "settings has no thr"),
+    ({**_rec(1.0, 1, 0.5), "settings": {**Settings().to_dict(), "epochs": 2.5}},
+     "settings.epochs is not a whole number"),
+    ({**_rec(1.0, 1, 0.5), "seed": "1"}, "seed is not a whole number"),
+    ({**_rec(1.0, 1, 0.5), "timings": None}, "timings is not an object"),
+    ([1, 2], "not a JSON object")])
+def test_json_lines_that_are_not_trial_records_are_refused(tmp_path, line, problem):
+    """A line that parses as JSON but is not a record (keys missing, wrong types) means the file
+    is not a sweep's: one error naming the line, not a torn line skipped (the sweep would then
+    append to someone else's file) nor a KeyError in the summary."""
     out = tmp_path / "s.jsonl"
     sweep.append_jsonl(out, _rec(1.0, 0, 0.5))
     with open(out, "a") as f:
-        f.write(json.dumps({"dataset": "toy", "acc": 0.9}) + "\n")
-    records, bad = sweep.read_records(out)
-    assert [r["seed"] for r in records] == [0] and bad == 1
-    assert len(sweep.done_keys(records)) == 1 and len(sweep.summarize(records)) == 1
+        f.write(json.dumps(line) + "\n")
+    with pytest.raises(MescError) as e:
+        sweep.read_records(out)
+    assert str(e.value).startswith(f"{out} is not a file of sweep results (line 2: {problem}")
+    assert str(e.value).endswith("; pass another --out FILE") and "\n" not in str(e.value)
+
+
+def test_sweep_refuses_a_file_of_other_json_lines_and_leaves_it_alone(tmp_path):
+    out = tmp_path / "f.jsonl"
+    out.write_text('{"step": 1, "loss": 0.5}\n')
+    proc = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), "--dataset",
+                           "toy", "--grid", "epochs=2", "--jobs", "1", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: {out} is not a file of sweep results (line 1: no dataset, "
+                           "autoencoder_id, seed, settings, metrics, error, timings); pass "
+                           "another --out FILE\n")
+    assert out.read_text() == '{"step": 1, "loss": 0.5}\n'
 
 
 def test_summary_std_is_the_sample_std():
@@ -779,6 +809,33 @@ def test_table_refuses_a_results_file_that_is_not_an_object(tmp_path):
     path.write_text("[]")
     with pytest.raises(MescError, match=r"cannot read .*main_table.json \(not a JSON object\)"):
         _script("table").load_table(path)
+
+
+@pytest.mark.parametrize("content, problem", [
+    ({"toy": []}, "toy: not a JSON object"), ({"toy": {"our": 5}}, "toy/our: not a JSON object"),
+    ({"toy": {"our": {"acc": ["x"]}}}, "toy/our: acc is not a list of numbers"),
+    ({"toy": {"our": {"machine": "cpu"}}}, "toy/our: machine is not an object")])
+def test_table_refuses_a_malformed_table_before_any_training(tmp_path, capsys, monkeypatch,
+                                                             content, problem):
+    """A main_table.json of the wrong shape is one line naming the file and the cell, before
+    any cell runs (it used to be an AttributeError, some after training a cell); the file is
+    left as it was."""
+    mod = _script("table")
+    monkeypatch.setattr(mod, "_run", lambda *a: pytest.fail("a cell ran"))
+    path = tmp_path / "main_table.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(SystemExit) as e:
+        mod.cli.main_guard(lambda: mod.main(["--datasets", "toy", "--methods", "our", "--out",
+                                             str(tmp_path)]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: cannot use {path} ({problem}")
+    assert json.loads(path.read_text()) == content
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "main_table.json").mkdir()
+    with pytest.raises(MescError, match=r"main_table.json is a folder, not a table file; move "
+                       "it away or pass another --out DIR"):
+        mod.main(["--datasets", "toy", "--methods", "our", "--out", str(tmp_path / "other")])
 
 
 def _result(seeds, failed=(), tag="our"):
