@@ -126,10 +126,9 @@ def main(argv=None):
 
         raise MescError(f"no sweep results at {args.out} to summarize; give the --out FILE of "
                         "an earlier sweep")
-    records, bad = sweep.read_records(args.out)
-    if bad:
-        print(f"note: {args.out}: {bad} unreadable line(s) skipped (a trial torn by a kill; "
-              "it will be rerun)")
+    records, torn = sweep.read_records(args.out)
+    for note in sweep.torn_notes(torn):
+        print(note)
     if args.summary_only:
         # The records of this auto-encoder only (a file holds many): the same file counts
         # whether it was named by --weights or taken as the default.

@@ -233,9 +233,9 @@ def record_problem(rec) -> str | None:
     return None
 
 
-def read_records(path) -> tuple[list[dict], int]:
-    """The trial records of a JSON-lines file and the number of unreadable (torn) lines. A
-    torn line (a kill in the middle of a write) is one that does not parse as JSON; any other
+def read_records(path) -> tuple[list[dict], list[tuple[Path, int]]]:
+    """The trial records of a JSON-lines file and its unreadable (torn) lines as (file, line
+    number) pairs. A torn line (a kill in the middle of a write) is one that does not parse as JSON; any other
     line that is not a trial record (:func:`record_problem`) means the file is something else,
     a MescError naming the line.
 
@@ -244,7 +244,7 @@ def read_records(path) -> tuple[list[dict], int]:
     archives it, which keeps each file in the repository small.
     """
     path = Path(path)
-    records, bad = [], 0
+    records, torn = [], []
     for source in (*archive_paths(path), path):
         if not source.exists():
             continue
@@ -265,14 +265,29 @@ def read_records(path) -> tuple[list[dict], int]:
                 problem = record_problem(rec)
             except ValueError:
                 if line.startswith('{"'):  # a torn record starts as every record does
-                    bad += 1
+                    torn.append((source, number))
                     continue
                 problem = "not JSON"
             if problem:
                 raise MescError(f"{source} is not a file of sweep results (line {number}: "
                                 f"{problem}); pass another --out FILE")
             records.append(rec)
-    return records, bad
+    return records, torn
+
+
+def torn_notes(torn) -> list[str]:
+    """One line per file for read_records' torn lines: where they are and what becomes of
+    them (skipped; the trial they held is missing from the file, so a sweep runs it again)."""
+    by_file: dict[Path, list[int]] = {}
+    for source, number in torn:
+        by_file.setdefault(source, []).append(number)
+    notes = []
+    for source, numbers in by_file.items():
+        shown = ", ".join(map(str, numbers[:10])) + (
+            f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
+        notes.append(f"note: {source}: line{'s' if len(numbers) > 1 else ''} {shown} unreadable "
+                     "(torn by a kill), skipped; a trial missing from the file is run again")
+    return notes
 
 
 def done_keys(records, retry_errors=False) -> set[str]:

@@ -196,8 +196,12 @@ def test_results_file_survives_a_torn_line(tmp_path):
     with open(out, "a") as f:
         f.write('{"dataset": "toy", "autoenc')  # a kill in the middle of a write
     sweep.append_jsonl(out, {**rec, "seed": 1})
-    records, bad = sweep.read_records(out)
-    assert [r["seed"] for r in records] == [0, 1] and bad == 1
+    records, torn = sweep.read_records(out)
+    assert [r["seed"] for r in records] == [0, 1] and torn == [(out, 2)]
+    assert sweep.torn_notes(torn) == [f"note: {out}: line 2 unreadable (torn by a kill), "
+                                      "skipped; a trial missing from the file is run again"]
+    assert sweep.torn_notes([(out, n) for n in range(1, 13)])[0].startswith(
+        f"note: {out}: lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more unreadable")
     assert sweep.done_keys(records) == {sweep.trial_key("toy", "none", Settings(), s)
                                         for s in (0, 1)}
     # A file that is not a sweep's (a results.json, say) is refused, not appended to.
@@ -218,8 +222,8 @@ def test_archive_parts_are_read_before_the_file(tmp_path):
         out.rename(tmp_path / f"s.part{part}.jsonl")
     (tmp_path / "s.partx.jsonl").write_text("not a part\n")  # not a numbered part: ignored
     sweep.append_jsonl(out, {**rec, "seed": 2})
-    records, bad = sweep.read_records(out)
-    assert [r["seed"] for r in records] == [0, 1, 2] and bad == 0
+    records, torn = sweep.read_records(out)
+    assert [r["seed"] for r in records] == [0, 1, 2] and torn == []
     assert [p.name for p in sweep.archive_paths(out)] == ["s.part2.jsonl", "s.part10.jsonl"]
     (tmp_path / "s.part2.jsonl").write_bytes(b"\x1f\x8b\x08\xff binary")
     with pytest.raises(MescError, match="cannot read the sweep results .*s.part2.jsonl"):
@@ -973,6 +977,21 @@ def test_summary_only_keeps_the_dataset_and_the_grid(tmp_path, capsys):
     script.main([*argv, "--grid", "reg1=1"])
     printed = capsys.readouterr().out
     assert "50.00" in printed and "60.00" not in printed
+
+
+def test_sweep_names_the_torn_lines_it_skips(tmp_path, capsys):
+    """The note says which lines were torn and what becomes of their trials (it said 'it
+    will be rerun' even after the rerun)."""
+    out = tmp_path / "s.jsonl"
+    sweep.append_jsonl(out, _toy_rec("none", 0, 0.5))
+    with open(out, "a") as f:
+        f.write('{"dataset": "toy", "autoenc')
+    sweep.append_jsonl(out, _toy_rec("none", 1, 0.5))
+    _script("sweep").main(["--dataset", "toy", "--summary-only", "--no-pretrain", "--out",
+                           str(out)])
+    assert capsys.readouterr().out.startswith(
+        f"note: {out}: line 2 unreadable (torn by a kill), skipped; a trial missing from the "
+        "file is run again\n")
 
 
 def test_sweep_retry_errors_plans_the_failed_trials_again(toy_weights, tmp_path, capsys):
