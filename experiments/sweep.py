@@ -49,8 +49,9 @@ def parse_args(argv=None):
                    help="grid, e.g. 'reg1=0.5,1,2 reg2=0.1,0.2 epochs=100,200 thr=0.1,0.2' "
                    "(one quoted string, several arguments or several --grid); empty: the "
                    "method's settings")
-    p.add_argument("--method", default="our", choices=METHODS,
-                   help="settings the grid starts from (config.method_settings; default our)")
+    p.add_argument("--method", choices=METHODS,
+                   help="settings the grid starts from (config.method_settings; default our); "
+                   "with --summary-only and no --grid, the trials swept from it")
     common.add_seeds_arg(p, (0,), "seeds of the clustering (and, with --no-pretrain, of the "
                          "he_normal start)")
     p.add_argument("--jobs", type=cli.at_least(1), default=min(2, os.cpu_count() or 1),
@@ -77,7 +78,8 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true",
                    help="print how many trainings and trials would run, run nothing")
     p.add_argument("--summary-only", action="store_true",
-                   help="run nothing; summarise the file (the grid's trials if --grid is given)")
+                   help="run nothing; summarise the file (the grid's trials if --grid is given; "
+                   "every seed in the file unless --seeds is given)")
     args = p.parse_args(argv)
     if args.dry_run and args.summary_only:
         p.error("--dry-run and --summary-only both run nothing; give one of them")
@@ -88,7 +90,9 @@ def parse_args(argv=None):
         args.grid = sweep.parse_grid(args.grid)
     except MescError as e:
         p.error(str(e))
+    args.seeds_given, args.method_given = args.seeds is not None, args.method is not None
     args.seeds = common.seeds_of(args.seeds, (0,))
+    args.method = args.method or "our"
     if args.coef_cache:  # checked now, made by the first C stored in it
         try:
             common.check_writable_dir(args.coef_cache, "--coef-cache DIR")
@@ -134,16 +138,22 @@ def main(argv=None):
         # whether it was named by --weights or taken as the default.
         ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
                                          args.no_pretrain)
+        same = sources.autoencoder_hash(ae.ident)
+        mine = [r for r in records if r["dataset"] == args.dataset
+                and sources.autoencoder_hash(r["autoencoder_id"]) == same]
+        # Every seed recorded unless --seeds (the default seed 0 would hide the others).
+        seeds = args.seeds if args.seeds_given else sorted({r["seed"] for r in mine})
+        print(f"{len(mine)} of the file's records come from {ae.describe()}; the summary "
+              f"covers seeds {sweep.seeds_text(seeds)}"
+              + ("" if args.seeds_given else " (every seed recorded)"))
+        chosen = [r for r in mine if r["seed"] in set(seeds)
+                  and (args.grid or not args.method_given or r.get("method") == args.method)]
         keys = None
         if args.grid:
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
             keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
-                    for s in settings for seed in args.seeds}
-        same = sources.autoencoder_hash(ae.ident)
-        mine = [r for r in records if r["dataset"] == args.dataset
-                and sources.autoencoder_hash(r["autoencoder_id"]) == same]
-        print(f"{len(mine)} of the file's records come from {ae.describe()}")
-        print(sweep.format_summary(sweep.summarize(mine, keys), args.top))
+                    for s in settings for seed in seeds}
+        print(sweep.format_summary(sweep.summarize(chosen, keys), args.top))
         return 0
 
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)

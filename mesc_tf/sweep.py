@@ -157,6 +157,17 @@ def parse_seeds(spec) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+def seeds_text(seeds) -> str:
+    """Seeds as parse_seeds reads them, runs compacted: [0, 1, 2, 5] → '0-2,5'."""
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) or "none"
+
+
 def normalized(settings: Settings) -> dict:
     """Settings as a dict with every value in its field's type (stable keys and JSON)."""
     return {k: FIELD_TYPES[k](v) for k, v in settings.to_dict().items()}

@@ -979,6 +979,36 @@ def test_summary_only_keeps_the_dataset_and_the_grid(tmp_path, capsys):
     assert "50.00" in printed and "60.00" not in printed
 
 
+def test_summary_only_covers_every_recorded_seed_unless_seeds_are_given(tmp_path, capsys):
+    """--summary-only with --grid used the default seed 0 alone, however many seeds the file
+    held; without --grid, --seeds and --method were ignored. Now: every seed recorded unless
+    --seeds, --seeds (and an explicit --method) with or without --grid, and the header line
+    says which seeds the summary covers."""
+    out = tmp_path / "s.jsonl"
+    for seed in range(3):
+        for reg1, method in ((1.0, "our"), (2.0, "dsc_l1")):
+            sweep.append_jsonl(out, {**_toy_rec("none", seed, 0.5 + seed / 10, reg1=reg1),
+                                     "method": method})
+    script = _script("sweep")
+    argv = ["--dataset", "toy", "--summary-only", "--no-pretrain", "--out", str(out)]
+
+    def summary(*extra):
+        script.main([*argv, *extra])
+        head, *table = capsys.readouterr().out.splitlines()
+        return head, [line.split()[-2] for line in table[1:]]  # each row's count of seeds
+
+    assert summary("--grid", "reg1=1") == (
+        "6 of the file's records come from he_normal initialisation (no pretraining); the "
+        "summary covers seeds 0-2 (every seed recorded)", ["3"])
+    assert summary("--grid", "reg1=1,2", "--seeds", "0,2") == (
+        "6 of the file's records come from he_normal initialisation (no pretraining); the "
+        "summary covers seeds 0,2", ["2", "2"])
+    assert summary("--seeds", "1")[1] == ["1", "1"]
+    assert summary("--method", "dsc_l1")[1] == ["3"]
+    assert summary()[1] == ["3", "3"]
+    assert sweep.seeds_text([5, 0, 2, 1]) == "0-2,5" and sweep.seeds_text([]) == "none"
+
+
 def test_sweep_names_the_torn_lines_it_skips(tmp_path, capsys):
     """The note says which lines were torn and what becomes of their trials (it said 'it
     will be rerun' even after the rerun)."""
