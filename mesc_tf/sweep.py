@@ -45,6 +45,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -137,24 +138,30 @@ MAX_RANGE = 100_000  # values one 'lo-hi' may expand to (a larger one is a typo)
 
 def parse_seeds(spec) -> list[int]:
     """'0,1,2' or '0-4' (or a list of such) → [0, 1, 2]; de-duplicated, order kept; each a
-    seed NumPy takes (config.check_seed)."""
-    tokens = [spec] if isinstance(spec, str) else list(spec)
+    seed NumPy takes (config.check_seed), written in ASCII digits; no empty item ('0,,1')."""
     out = []
-    for tok in (t for s in tokens for t in str(s).replace(",", " ").split()):
-        lo, dash, hi = tok.partition("-")
-        try:
-            ends = [int(lo), int(hi)] if dash and lo else [int(tok)]
-        except ValueError:
-            raise MescError(f"--seeds: {tok!r} is not a whole number or a range like 0-4") from None
-        ends = [check_seed(v, "--seeds: a seed") for v in ends]
-        if ends[-1] < ends[0]:
-            raise MescError(f"--seeds: {tok!r} is an empty range; write the smaller end first")
-        if ends[-1] - ends[0] >= MAX_RANGE:
-            raise MescError(f"--seeds: {tok!r} spans more than {MAX_RANGE} values")
-        out.extend(range(ends[0], ends[-1] + 1))
+    for text in ([spec] if isinstance(spec, str) else [str(s) for s in spec]):
+        items = text.split(",")
+        if len(items) > 1 and any(not item.strip() for item in items):
+            raise MescError(f"--seeds: an empty value in {text!r}; write e.g. 0,1,2")
+        for tok in (t for item in items for t in item.split()):
+            lo, dash, hi = tok.partition("-")
+            ends = [lo, hi] if dash and lo else [tok]
+            if not all(re.fullmatch(r"-?[0-9]+", e) for e in ends):  # not int()'s '+1', '٣'
+                raise MescError(f"--seeds: {tok!r} is not a whole number or a range like 0-4")
+            out.extend(_seed_range(tok, [check_seed(int(e), "--seeds: a seed") for e in ends]))
     if not out:
         raise MescError("--seeds: give at least one value, e.g. 0,1,2")
     return list(dict.fromkeys(out))
+
+
+def _seed_range(tok, ends) -> range:
+    """The seeds of one item of --seeds: a seed, or a range lo-hi (checked)."""
+    if ends[-1] < ends[0]:
+        raise MescError(f"--seeds: {tok!r} is an empty range; write the smaller end first")
+    if ends[-1] - ends[0] >= MAX_RANGE:
+        raise MescError(f"--seeds: {tok!r} spans more than {MAX_RANGE} values")
+    return range(ends[0], ends[-1] + 1)
 
 
 def seeds_text(seeds) -> str:

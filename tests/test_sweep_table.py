@@ -38,12 +38,18 @@ def test_parse_grid_types_and_order():
                                                                 "subspace_dim": [3, 4]}
     assert sweep.parse_grid("") == {}
     assert sweep.parse_seeds("0-2,5") == [0, 1, 2, 5]
+    assert sweep.parse_seeds(["0, 1 4-5", "7"]) == [0, 1, 4, 5, 7]
 
 
 @pytest.mark.parametrize("bad, message", [("0,-1", "from 0 to 4294967295, got -1"),
                                           ("1-4294967296", "got 4294967296"),
                                           ("0-4294967295", "spans more than"),
-                                          ("4-2", "empty range"), ("a", "not a whole number")])
+                                          ("4-2", "empty range"), ("a", "not a whole number"),
+                                          ("0,,1", "an empty value in '0,,1'"),
+                                          ("0,", "an empty value"), ("+1", "not a whole number"),
+                                          ("\u0663", "not a whole number"),
+                                          ("1_0", "not a whole number"),
+                                          ("4-+5", "not a whole number")])
 def test_bad_seeds_are_one_line(bad, message):
     with pytest.raises(MescError, match=message) as e:
         sweep.parse_seeds(bad)
