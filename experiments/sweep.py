@@ -122,7 +122,7 @@ def _check_writable(out):
 def main(argv=None):
     args = parse_args(argv)
     from mesc_tf import sweep
-    from mesc_tf.config import method_settings
+    from mesc_tf.config import get_config, method_settings
     from mesc_tf.data import find_data_dir
 
     if args.summary_only and not args.out.is_file():  # a mistyped name: nothing to summarize
@@ -137,7 +137,7 @@ def main(argv=None):
         # The records of this auto-encoder only (a file holds many): the same file counts
         # whether it was named by --weights or taken as the default.
         ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
-                                         args.no_pretrain)
+                                         args.no_pretrain, arch=get_config(args.dataset).arch)
         same = sources.autoencoder_hash(ae.ident)
         mine = [r for r in records if r["dataset"] == args.dataset
                 and sources.autoencoder_hash(r["autoencoder_id"]) == same]
@@ -158,7 +158,7 @@ def main(argv=None):
 
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
     ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
-                                     args.no_pretrain)
+                                     args.no_pretrain, arch=get_config(args.dataset).arch)
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)

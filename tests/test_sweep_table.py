@@ -1030,6 +1030,22 @@ def test_sweep_names_the_torn_lines_it_skips(tmp_path, capsys):
         "file is run again\n")
 
 
+@pytest.mark.parametrize("mode", ["--dry-run", "--summary-only"])
+def test_sweep_checks_the_autoencoders_architecture_before_any_plan(tmp_path, monkeypatch,
+                                                                    capsys, mode):
+    """An auto-encoder made for another dataset is refused before the plan is printed (it was
+    found only when a worker loaded it, after TensorFlow started; a --dry-run looked fine)."""
+    out = tmp_path / "s.jsonl"
+    sweep.append_jsonl(out, _toy_rec("none", 0, 0.5))
+    monkeypatch.setattr(sweep, "plan", lambda *a, **k: pytest.fail("planned"))
+    with pytest.raises(MescError, match=r"orl.h5 holds an auto-encoder for .* but this dataset "
+                       "needs .*; give an auto-encoder made for this dataset"):
+        _script("sweep").main(["--dataset", "toy", "--weights", str(REPO / "pretrained" /
+                                                                    "orl.h5"), "--out", str(out),
+                               mode])
+    assert capsys.readouterr().out == ""
+
+
 def test_sweep_retry_errors_plans_the_failed_trials_again(toy_weights, tmp_path, capsys):
     """--dry-run counts what a rerun would skip: a failed trial counts as done, unless
     --retry-errors."""
