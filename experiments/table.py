@@ -17,7 +17,8 @@ seed the spectral clustering of that C. Writes, in --out (default experiments/re
 
 Resumable: a finished cell whose settings, seeds and auto-encoder are unchanged is kept when
 the command is rerun (pass --force to recompute it). --max-epochs N caps every method's
-fine-tuning steps for SMOKE TESTS only; such cells are flagged in both files.
+fine-tuning steps for SMOKE TESTS only; the cells whose steps it lowered are flagged in both
+files.
 """
 
 import datetime
@@ -108,6 +109,13 @@ def parse_args(argv=None):
         args.tf1_checkpoint = common.per_dataset(args.tf1_checkpoint, "--tf1-checkpoint",
                                                  bare=False)
         common.check_one_source(args.weights, args.tf1_checkpoint, DATASETS)
+        for option, paths in (("--weights", args.weights),
+                              ("--tf1-checkpoint", args.tf1_checkpoint)):
+            for d, path in paths.items():  # not silently unused
+                if d not in args.datasets:
+                    which = "--datasets" if args.explicit else "the default --datasets"
+                    raise MescError(f"{option} {d}={path} names {d}, which {which} does not "
+                                    f"include; add {d} to --datasets or leave the option out")
     except (ValueError, MescError) as e:
         p.error(str(e))
     if args.out is None and args.max_epochs is not None:
@@ -124,6 +132,15 @@ def cell_settings(dataset, method, max_epochs=None):
 
     s = method_settings(dataset, method)
     return s.replace(epochs=min(s.epochs, max_epochs)) if max_epochs else s
+
+
+def smoke_cap(dataset, method, max_epochs):
+    """--max-epochs where it cuts the cell's fine-tuning short, else None: a cap above the
+    method's steps changes nothing, and the cell is a full run's (not flagged as a smoke test)."""
+    from mesc_tf.config import method_settings
+
+    capped = max_epochs is not None and max_epochs < method_settings(dataset, method).epochs
+    return max_epochs if capped else None
 
 
 def load_table(path):
@@ -184,7 +201,8 @@ def load_cells(path):
     return table
 
 
-def make_cell(res, ae, settings, seeds, args):
+def make_cell(res, ae, settings, seeds, args, max_epochs=None):
+    """A main_table.json cell; ``max_epochs``: the cap that cut its steps (smoke_cap)."""
     from mesc_tf import sweep
 
     by_seed = {r["seed"]: r for r in res["records"]}
@@ -207,7 +225,7 @@ def make_cell(res, ae, settings, seeds, args):
         "autoencoder": ae.describe(),
         "autoencoder_id": ae.ident,
         "n_samples": recs[0]["n_samples"],
-        "max_epochs": args.max_epochs,
+        "max_epochs": max_epochs,
         "jobs": args.jobs,
         "threads_per_job": args.threads_per_job,
         "machine": provenance.machine(),
@@ -337,9 +355,10 @@ def main(argv=None):
             skipped.append(f"{d} ({e})")
             continue
         for m in args.methods:
-            s = cell_settings(d, m, args.max_epochs)
+            cap = smoke_cap(d, m, args.max_epochs)
+            s = cell_settings(d, m, cap)
             if not args.force and cell_is_current(table.get(d, {}).get(m), s, args.seeds, ae,
-                                                  args.max_epochs):
+                                                  cap):
                 kept += 1
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)
@@ -372,7 +391,8 @@ def main(argv=None):
 
     done = 0
     for res, (d, m, ae, s, _) in _run(todo, args, data_dir):
-        c = ran[d, m] = table.setdefault(d, {})[m] = make_cell(res, ae, s, args.seeds, args)
+        c = ran[d, m] = table.setdefault(d, {})[m] = make_cell(
+            res, ae, s, args.seeds, args, smoke_cap(d, m, args.max_epochs))
         done += 1
         acc = f"{100 * sweep.stats(c['acc'])['median']:.2f}" if c["acc"] else "-"
         nmi = f"{100 * sweep.stats(c['nmi'])['median']:.2f}" if c["nmi"] else "-"

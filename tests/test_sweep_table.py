@@ -611,17 +611,59 @@ def test_table_and_compare_ae_check_their_counts(capsys):
 
 
 def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
-    """A --max-epochs cell whose cap did not lower the steps has a full run's settings; it must
-    still not stand in for one (main_table.md would flag a real result as a smoke test)."""
+    """A --max-epochs cell whose cap lowered the steps does not stand in for a full run; a cap
+    that did not bite (above the method's steps) is no cap (smoke_cap): that cell is a full
+    run's, same settings and steps, and is stored, kept and shown as one."""
     table = _script("table")
     ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
     s = table.cell_settings("toy", "our", 10**6)
     assert s == table.cell_settings("toy", "our")  # the cap did not bite
-    cell = {"settings": sweep.normalized(s), "seeds_requested": [0], "autoencoder_id": ae.ident,
-            "max_epochs": 10**6}
-    assert table.cell_is_current(cell, s, [0], ae, max_epochs=10**6)
-    assert not table.cell_is_current(cell, s, [0], ae)
-    assert table.cell_is_current({**cell, "max_epochs": None}, s, [0], ae)
+    assert table.smoke_cap("toy", "our", 10**6) is None
+    assert table.smoke_cap("toy", "our", None) is None
+    assert table.smoke_cap("toy", "our", 2) == 2
+    cell = {"settings": sweep.normalized(table.cell_settings("toy", "our", 2)),
+            "seeds_requested": [0], "autoencoder_id": ae.ident, "max_epochs": 2}
+    assert table.cell_is_current(cell, table.cell_settings("toy", "our", 2), [0], ae,
+                                 max_epochs=2)
+    assert not table.cell_is_current({**cell, "settings": sweep.normalized(s)}, s, [0], ae)
+    assert table.cell_is_current({**cell, "settings": sweep.normalized(s), "max_epochs": None},
+                                 s, [0], ae)
+
+
+def test_table_flags_only_the_cells_max_epochs_capped(synthetic_data, toy_weights, tmp_path,
+                                                       capsys, monkeypatch):
+    """--max-epochs 50 caps Toy's 'our' (100 steps) but not dsc_l1 (30): only the first is a
+    SMOKE TEST in main_table.md and .json (every cell was flagged); a rerun keeps both."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    mod = _script("table")
+    monkeypatch.setattr(mod, "_run", lambda todo, args, data_dir: (
+        (_result(args.seeds, tag=cell[1]), cell) for cell in todo))
+    out = tmp_path / "t"
+    argv = ["--datasets", "toy", "--methods", "our,dsc_l1", "--seeds", "0", "--weights",
+            f"toy={toy_weights}", "--max-epochs", "50", "--out", str(out)]
+    cells = mod.main(argv)["toy"]
+    assert cells["our"]["max_epochs"] == 50 and cells["our"]["settings"]["epochs"] == 50
+    assert cells["dsc_l1"]["max_epochs"] is None and cells["dsc_l1"]["settings"]["epochs"] == 30
+    md = (out / "main_table.md").read_text()
+    assert "fine-tuning was capped with --max-epochs in toy/our;" in md
+    assert "(smoke)" in next(line for line in md.splitlines() if "Our (MESC-Net)" in line)
+    assert "(smoke)" not in next(line for line in md.splitlines() if "DSC-Net-L1" in line)
+    capsys.readouterr()
+    mod.main(argv)
+    assert "0 cells to run, 2 kept" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--datasets", "toy", "--weights", "orl=F"], "--weights orl=F names orl, which --datasets "
+     "does not include; add orl to --datasets or leave the option out"),
+    (["--tf1-checkpoint", "toy=original"], "--tf1-checkpoint toy=original names toy, which the "
+     "default --datasets does not include")])
+def test_table_refuses_an_auto_encoder_for_a_dataset_it_does_not_run(argv, needle, capsys):
+    """It was silently unused."""
+    with pytest.raises(SystemExit) as e:
+        _script("table").parse_args(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and err.count("\n") == 1, err
 
 
 def test_table_that_fails_before_its_first_cell_leaves_no_folder(synthetic_data, toy_weights,
