@@ -153,7 +153,7 @@ def main(argv=None):
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
             keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
                     for s in settings for seed in seeds}
-        print(sweep.format_summary(sweep.summarize(chosen, keys), args.top))
+        print(sweep.format_summary(sweep.summarize(chosen, keys), args.top, grid=args.grid))
         return 0
 
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
@@ -194,7 +194,7 @@ def main(argv=None):
             for s in settings for seed in args.seeds}
     rows = sweep.summarize(records, keys)
     print(f"\nbest settings by median ACC over seeds {args.seeds} (ACC/NMI in %; {args.out}):")
-    print(sweep.format_summary(rows, args.top))
+    print(sweep.format_summary(rows, args.top, grid=args.grid))
     return 0
 
 

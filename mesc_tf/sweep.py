@@ -253,9 +253,9 @@ def record_problem(rec) -> str | None:
 
 def read_records(path) -> tuple[list[dict], list[tuple[Path, int]]]:
     """The trial records of a JSON-lines file and its unreadable (torn) lines as (file, line
-    number) pairs. A torn line (a kill in the middle of a write) is one that does not parse as JSON; any other
-    line that is not a trial record (:func:`record_problem`) means the file is something else,
-    a MescError naming the line.
+    number) pairs. A torn line (a kill in the middle of a write) is one that does not parse as
+    JSON; any other line that is not a trial record (:func:`record_problem`) means the file is
+    something else, a MescError naming the line.
 
     Records in its archive parts (``archive_paths``) come first. Sweeps append to the plain
     file only; renaming a finished file to the next part (``mv orl.jsonl orl.part3.jsonl``)
@@ -731,18 +731,30 @@ def summarize(records, keys=None) -> list[dict]:
     return out
 
 
-def format_summary(rows, top=10, fields=None) -> str:
-    """A plain-text table of the best ``top`` rows; ``fields`` are the settings to show."""
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def format_summary(rows, top=10, fields=None, grid=()) -> str:
+    """A plain-text table of the best ``top`` rows; ``fields`` are the settings to show
+    (default: those that vary among the rows). Where none varies (one row), the ``grid``'s
+    fields are shown, or without a grid every setting in a line above the table: the reader
+    always sees which setting a row is."""
     if not rows:
         return "no finished trials"
+    above = []
     if fields is None:  # the fields that vary
         fields = [f for f in FIELD_TYPES if len({json.dumps(r["settings"][f]) for r in rows}) > 1]
+        if not fields and grid:
+            fields = [f for f in FIELD_TYPES if f in grid]
+        elif not fields:
+            above = ["settings: " + " ".join(f"{f}={_value_text(v)}"
+                                             for f, v in rows[0]["settings"].items())]
     head = ["rank", *fields, "ACC median", "ACC mean ± std", "NMI median", "NMI mean ± std",
             "seeds", "failed"]
     lines = []
     for i, r in enumerate(rows[:top], 1):
-        vals = [str(i)] + [f"{r['settings'][f]:g}" if isinstance(r["settings"][f], float)
-                           else str(r["settings"][f]) for f in fields]
+        vals = [str(i)] + [_value_text(r["settings"][f]) for f in fields]
         if r["acc"]:
             a, m = r["acc_stats"], r["nmi_stats"]
             vals += [f"{100 * a['median']:.2f}", _mean_std(a), f"{100 * m['median']:.2f}",
@@ -753,4 +765,4 @@ def format_summary(rows, top=10, fields=None) -> str:
         lines.append(vals)
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*v) for v in lines])
+    return "\n".join([*above, fmt.format(*head)] + [fmt.format(*v) for v in lines])

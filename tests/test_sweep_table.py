@@ -830,6 +830,20 @@ def test_summary_keeps_only_the_given_keys_and_top_rows():
     assert len(text.splitlines()) == 3  # the header and two rows
 
 
+def test_a_one_row_summary_says_which_setting_it_is():
+    """With one row no field varies, and the table showed no setting at all: now the grid's
+    fields are its columns, and without a grid every setting is listed above it."""
+    rows = sweep.summarize([_rec(2.0, 0, 0.5)])
+    head, row = sweep.format_summary(rows, grid={"reg1": [2.0], "epochs": [5]}).splitlines()
+    assert head.split()[:3] == ["rank", "reg1", "epochs"] and row.split()[:2] == ["1", "2"]
+    above, head, row = sweep.format_summary(rows).splitlines()
+    assert above.startswith("settings: framework=decoupled regularizer=entropy reg1=2 ")
+    assert head.split()[:3] == ["rank", "ACC", "median"]
+    several = sweep.summarize([_rec(1.0, 0, 0.5), _rec(2.0, 0, 0.5)])  # reg1 varies: as before
+    assert sweep.format_summary(several, grid={"epochs": [5]}).splitlines()[0].split()[:2] == [
+        "rank", "reg1"]
+
+
 # --- table.py and sweep.py without training (mutation-testing gaps) ------------------------------
 
 
@@ -1043,7 +1057,8 @@ def test_summary_only_covers_every_recorded_seed_unless_seeds_are_given(tmp_path
     def summary(*extra):
         script.main([*argv, *extra])
         head, *table = capsys.readouterr().out.splitlines()
-        return head, [line.split()[-2] for line in table[1:]]  # each row's count of seeds
+        rows = [line for line in table if line.split()[0].isdigit()]
+        return head, [line.split()[-2] for line in rows]  # each row's count of seeds
 
     assert summary("--grid", "reg1=1") == (
         "6 of the file's records come from he_normal initialisation (no pretraining); the "
@@ -1054,6 +1069,8 @@ def test_summary_only_covers_every_recorded_seed_unless_seeds_are_given(tmp_path
     assert summary("--seeds", "1")[1] == ["1", "1"]
     assert summary("--method", "dsc_l1")[1] == ["3"]
     assert summary()[1] == ["3", "3"]
+    script.main([*argv, "--grid", "reg1=1"])  # one row: the grid's field still shown
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["rank", "reg1"]
     assert sweep.seeds_text([5, 0, 2, 1]) == "0-2,5" and sweep.seeds_text([]) == "none"
 
 
