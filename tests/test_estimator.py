@@ -440,17 +440,20 @@ def test_same_results_as_run_py_on_toy(shared_data, tmp_path, monkeypatch, capsy
     np.testing.assert_array_equal(labels, result["labels"])
 
 
-def test_readme_estimator_example_prints_what_it_says(readme_example, capsys):
+def test_readme_estimator_example_prints_what_it_says(readme_example, capsys, tmp_path):
     """The README's estimator example runs as written and prints the accuracy its comment
-    states (the run is deterministic on CPU)."""
+    states (the run is deterministic on CPU); an auto-encoder pretrained by pipeline.pretrain
+    and saved gives the estimator's own pretraining's labels."""
     import re
 
     capsys.readouterr()
-    code, _ = readme_example("## Your own images")
+    code, scope = readme_example("## Your own images",
+                                 replace={"runs/own_ae.h5": str(tmp_path / "own_ae.h5")})
     printed = capsys.readouterr().out.splitlines()
     assert printed[1] == "(216, 216) (216, 3840)"
     claimed = re.search(r"# (0\.\d+) with these settings and seed 0", code)[1]
     assert f"{float(printed[2]):.3f}" == claimed
+    assert printed[3] == printed[2] and "# 0.989 again" in code
 
 
 def test_fits_in_a_loop_do_not_warn_of_retracing():

@@ -386,7 +386,7 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
             "--seeds", "0,1", "--grid", "epochs=2,4 thr=0.1,0.3"]
     mod.main(argv)
     records, bad = sweep.read_records(out)
-    assert len(records) == 8 and bad == 0
+    assert len(records) == 8 and bad == []
     r = records[0]
     assert set(r["metrics"]) >= {"acc", "nmi"} and r["timings"]["steps"] in (2, 4)
     assert r["shared_training"] == {"steps_run": 4, "snapshots": [2, 4], "trials": 8}
@@ -403,7 +403,7 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     mod.main(argv)
     assert "5 already in" in capsys.readouterr().out
     records, bad = sweep.read_records(out)
-    assert len(records) == 12 and len(sweep.done_keys(records)) == 12 and bad == 1
+    assert len(records) == 12 and len(sweep.done_keys(records)) == 12 and bad == [(out, 6)]
     mod.main(argv)
     printed = capsys.readouterr().out
     assert "12 already in" in printed and "0 to run in 0 trainings" in printed
@@ -654,16 +654,17 @@ def test_table_flags_only_the_cells_max_epochs_capped(synthetic_data, toy_weight
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--datasets", "toy", "--weights", "orl=F"], "--weights orl=F names orl, which --datasets "
-     "does not include; add orl to --datasets or leave the option out"),
-    (["--tf1-checkpoint", "toy=original"], "--tf1-checkpoint toy=original names toy, which the "
-     "default --datasets does not include")])
-def test_table_refuses_an_auto_encoder_for_a_dataset_it_does_not_run(argv, needle, capsys):
-    """It was silently unused."""
-    with pytest.raises(SystemExit) as e:
-        _script("table").parse_args(argv)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and needle in err and err.count("\n") == 1, err
+    (["--datasets", "toy", "--weights", "orl=F"],
+     "note: --weights orl=F is not used: --datasets does not include orl\n"),
+    (["--tf1-checkpoint", "toy=original"],
+     "note: --tf1-checkpoint toy=original is not used: the default --datasets does not include "
+     "toy\n")])
+def test_table_says_an_auto_encoder_for_a_dataset_it_does_not_run_is_unused(argv, needle,
+                                                                            capsys):
+    """It was silently unused. A note, not an error: `make table DATASETS=coil20` passes the
+    authors' ORL checkpoint all the same."""
+    _script("table").parse_args(argv)
+    assert capsys.readouterr().out == needle
 
 
 def test_table_that_fails_before_its_first_cell_leaves_no_folder(synthetic_data, toy_weights,
