@@ -62,9 +62,8 @@ $(addprefix pretrain-,$(PRETRAINABLE)):
 
 # The paper's main tables (experiments/results/main_table.{json,md}); `make table DATASETS=orl`.
 table:
-	$(PYTHON) experiments/table.py $(if $(DATASETS),--datasets $(DATASETS)) --seeds $(SEEDS) \
-	    --jobs $(JOBS) $(if $(DATASETS),$(if $(findstring orl,$(DATASETS)),$(AUTHORS_AE)),$(AUTHORS_AE)) \
-	    $(ARGS)
+	$(PYTHON) experiments/table.py $(if $(DATASETS),--datasets $(DATASETS)) \
+	    $(if $(findstring --seeds,$(ARGS)),,--seeds $(SEEDS)) --jobs $(JOBS) $(AUTHORS_AE) $(ARGS)
 
 # Our auto-encoders vs the original checkpoints, same settings (experiments/results/autoencoders/).
 compare-ae:
@@ -91,8 +90,8 @@ confusion:
 # reconstruction bar but clusters worse with them (pretrained/README.md). Every other dataset
 # uses this project's pretrained/<dataset>.h5. main_table.md names the auto-encoder of every cell.
 # ARGS naming ORL's source (--weights orl=F.h5, --tf1-checkpoint orl=P) or --no-pretrain replace
-# it; `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5. Not passed to a table of
-# DATASETS without ORL (table.py would say it is unused).
+# it; `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5. (A table without ORL says
+# that it does not use it.) --seeds in ARGS replaces SEEDS.
 AUTHORS_AE = $(if $(or $(findstring orl=,$(ARGS)),$(filter --no-pretrain,$(ARGS))),,--tf1-checkpoint orl=original)
 
 figures: $(FIGURES)

@@ -97,7 +97,7 @@ def main(argv=None, cleanup=None):
             cleanup.extend(made)
 
     weights = _weights_file(args)
-    # h5py only, before TF's start-up lines; a missing default file is get_autoencoder's to
+    # h5py only, before TF's start-up lines; a missing default file is resolve_autoencoder's to
     # explain (it says how to make one).
     if weights and (args.weights or weights.exists()):
         from mesc_tf.weights import check_autoencoder_file

@@ -203,7 +203,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
             f"{where}: images hold {bad} NaN or infinite values; remove or fill them first"
         )
     with np.errstate(over="ignore"):  # reported below
-        x = x.astype(np.float32)
+        x = x.astype(np.float32, copy=False)  # no second copy of float32 images
     if not np.isfinite(x).all():  # float64 values that overflow float32
         raise MescError(
             f"{where}: images hold values beyond float32's range (magnitude over 3.4e38); "

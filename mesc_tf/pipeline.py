@@ -18,6 +18,7 @@ from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError, MescWarning
 from mesc_tf.metrics import evaluate
 
+
 class Diverged(MescError):
     """Pretraining ended with weights that reconstruct nothing finite: even its best step's."""
 

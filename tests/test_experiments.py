@@ -1113,6 +1113,10 @@ def test_make_gives_orl_the_authors_auto_encoder_unless_args_name_another():
     for args in ("--weights orl=x.h5", "--tf1-checkpoint orl=p", "--no-pretrain --smoke"):
         assert "orl=original" not in make("ablation", f"ARGS={args}").stdout, args
     assert "orl=original" not in make("table", "AUTHORS_AE=").stdout
+    # --seeds in ARGS replaces SEEDS: a list option given twice is refused (cli._ListOnce).
+    line = make("table", "ARGS=--seeds 0").stdout
+    assert line.count("--seeds") == 1 and "--seeds 0" in line
+    assert make("table").stdout.count("--seeds 0,1,2,3,4") == 1
     refused = make("run")
     assert refused.returncode != 0 and "make run needs DATASET=<name>" in refused.stderr
 

@@ -1208,5 +1208,6 @@ def test_provenance_names_the_libraries_and_the_machine(monkeypatch):
 
 def test_sweep_grid_adds_up_over_repeated_options():
     """sweep.py --grid twice: both axes (the second used to replace the first)."""
-    args = _script("sweep").parse_args(["--dataset", "toy", "--grid", "reg1=1,2", "--grid", "thr=0.1,0.2"])
+    args = _script("sweep").parse_args(["--dataset", "toy", "--grid", "reg1=1,2",
+                                        "--grid", "thr=0.1,0.2"])
     assert args.grid == {"reg1": [1.0, 2.0], "thr": [0.1, 0.2]}
