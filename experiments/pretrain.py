@@ -39,7 +39,7 @@ def scale_arg(text):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-# Pretraining runs thousands of steps (MNIST's 2 s each): checkpoints are on unless switched off.
+# Pretraining runs thousands of steps (MNIST's take seconds each): checkpoints are on by default.
 # A checkpoint of these auto-encoders is well under a megabyte and takes milliseconds.
 CHECKPOINT_EVERY = 100
 
