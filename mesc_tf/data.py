@@ -161,7 +161,7 @@ def _relabel(gnd: np.ndarray) -> np.ndarray:
 
 
 def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
-                    training=True, stacklevel=3, size_hint=None):
+                    training=True, stacklevel=3, size_hint=None, warn_negative=True):
     """Check an image array (and labels) and return it as float32 ``(n, h, w, 1)``.
 
     ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
@@ -169,9 +169,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     values beyond float32's range, (where ``training``) images that are all zero, a label count
     that is not one per image, (given ``n_clusters``) fewer than 2 images or than
     ``n_clusters``, or labels whose number of distinct classes is not ``n_clusters``; warns of
-    negative pixels, ``stacklevel`` frames up. ``where`` names the data in messages;
-    ``size_hint(h, w)``, where given, words what fixed ``image_shape`` and what to do for
-    images of another size h×w (default: the architecture).
+    negative pixels (unless ``warn_negative`` is False), ``stacklevel`` frames up. ``where``
+    names the data in messages; ``size_hint(h, w)``, where given, words what fixed
+    ``image_shape`` and what to do for images of another size h×w (default: the architecture).
     """
     x = np.asarray(x)
     if x.dtype.kind == "O":  # e.g. a list of arrays of different dtypes: numbers if they convert
@@ -234,7 +234,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     if training and not np.any(x):  # the relative reconstruction error would divide by 0
         raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
                         "reconstruct or cluster")
-    negative = np.count_nonzero(x < 0)
+    negative = np.count_nonzero(x < 0) if warn_negative else 0
     if negative:  # e.g. standardised images: the decoder's last ReLU cannot reach them
         warnings.warn(f"{where}: {100 * negative / x.size:.3g}% of the pixels are negative, but "
                       "the auto-encoder ends in a ReLU (as the released code's does) and "

@@ -8,14 +8,13 @@ One code path: ``experiments/run.py``, the sweeps, the tables and
 
 import gc
 import time
-import warnings
 
 import numpy as np
 
 from mesc_tf import memory, postcluster
 from mesc_tf.config import Architecture, Settings, check_post_method
 from mesc_tf.data import validate_images
-from mesc_tf.errors import MescError, MescWarning
+from mesc_tf.errors import MescError
 from mesc_tf.metrics import evaluate
 
 
@@ -44,9 +43,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
 
     # NaN pixels would make every weight NaN, reported only at the end as a divergence. The
     # negative-pixel warning is the callers' (the estimator and the loaders give it already).
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "pretraining images: .* negative", MescWarning)
-        x = validate_images(x, image_shape=arch.image_shape, where="pretraining images")
+    x = validate_images(x, image_shape=arch.image_shape, where="pretraining images",
+                        warn_negative=False)
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
     net = PretrainNet(ae)
@@ -82,8 +80,8 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     error = relative_error(ae, x)
     if not np.isfinite(error):  # NaN weights would give arbitrary codes, and labels, silently
         raise Diverged(f"pretraining diverged (relative reconstruction error {error}); lower "
-                        f"the learning rate (it was {schedule.lr:g}) or scale the images (the "
-                        f"largest value is {float(np.max(x)):.3g}), e.g. to [0, 1]")
+                       f"the learning rate (it was {schedule.lr:g}) or scale the images (the "
+                       f"largest value is {float(np.max(x)):.3g}), e.g. to [0, 1]")
     factors = (rescale_activations(ae, x, schedule.activation_scale)
                if schedule.activation_scale else None)
     return ae, {"steps": steps, "seconds": seconds, "batch_size": batch_size,

@@ -169,11 +169,11 @@ class StepProgbar(keras.callbacks.Callback):
         self.total_steps, self.verbose, self.log_every = total_steps, verbose, log_every
 
     def on_train_begin(self, logs=None):
-        self.tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
         self.bar = keras.utils.Progbar(self.total_steps, verbose=self.verbose, interval=0.05,
                                        unit_name="step",
                                        stateful_metrics=["loss", "recon", "reg", "selfexp",
-                                                         "rel_err"]) if self.tty else None
+                                                         "rel_err"]) if tty else None
         self._start, self._last, self._line, self._step = time.perf_counter(), None, None, 0
 
     def on_epoch_end(self, epoch, logs=None):

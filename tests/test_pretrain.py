@@ -4,6 +4,7 @@ minibatches (when asked for or when memory says so)."""
 
 import json
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -122,6 +123,10 @@ def test_pretraining_refuses_nan_images_before_training(x):
     with pytest.raises(MescError, match="pretraining images: images hold 1 NaN or infinite "
                        "values; remove or fill them first"):
         pipeline.pretrain(bad, ARCH, Pretrain(max_steps=2), verbose=0)
+    # Negative pixels: the callers' warning (the estimator's would otherwise come twice).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipeline.pretrain(x - 0.1, ARCH, Pretrain(max_steps=1), verbose=0)
 
 
 def test_lr_patience_halves_the_rate_on_plateaus(x):
