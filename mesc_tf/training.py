@@ -170,16 +170,17 @@ class StepProgbar(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        # Every value logged is one step's (one epoch is one step): Progbar shows each as it is,
+        # none as a mean over the steps so far (learning_rate, val_* and a callback's values too).
         self.bar = keras.utils.Progbar(self.total_steps, verbose=self.verbose, interval=0.05,
-                                       unit_name="step",
-                                       stateful_metrics=["loss", "recon", "reg", "selfexp",
-                                                         "rel_err"]) if tty else None
+                                       unit_name="step", stateful_metrics=()) if tty else None
         self._start, self._last, self._line, self._step = time.perf_counter(), None, None, 0
 
     def on_epoch_end(self, epoch, logs=None):
         values = [(k, float(v)) for k, v in (logs or {}).items()]
         self._step = epoch + 1
         if self.bar is not None:
+            self.bar.stateful_metrics.update(k for k, _ in values)
             self.bar.update(epoch + 1, values)
             return
         now = time.perf_counter()

@@ -249,6 +249,23 @@ def test_progress_bar_shows_every_loss_term(capsys, monkeypatch):
         assert f"{term}: {history[term][-1]:.4f}" in out, term
 
 
+def test_progress_bar_shows_each_value_of_the_last_step(capsys, monkeypatch):
+    """On a terminal every logged value is the last step's, not a mean over the steps so far:
+    the learning rate ReduceLROnPlateau halves (COIL pretraining) and val_* terms were
+    averaged (1 then 0.5 showed 0.75)."""
+    from mesc_tf.training import StepProgbar
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    bar = StepProgbar(3)
+    bar.on_train_begin()
+    bar.bar.interval = 0  # show every update
+    bar.on_epoch_end(0, {"loss": 3.0, "learning_rate": 1.0, "val_loss": 10.0})
+    bar.on_epoch_end(1, {"loss": 1.0, "learning_rate": 0.5, "val_loss": 2.0})
+    shown = capsys.readouterr().out.split("\r")[-1]
+    assert "2/3" in shown and "loss: 1.0000" in shown
+    assert "learning_rate: 0.5000" in shown and "val_loss: 2.0000" in shown
+
+
 def test_configure_runtime_switches_tf32_off_and_determinism_on():
     """TF32 off (the references ran without it, pitfall 4) and op determinism on; off again
     with deterministic=False."""
