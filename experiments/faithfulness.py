@@ -53,11 +53,15 @@ def parse_args(argv=None):
 
 
 def relative(a, b) -> float:
-    """‖a − b‖ / ‖b‖ (Frobenius)."""
+    """‖a − b‖ / ‖b‖ (Frobenius): 0 where both are 0 (C not moved by either side, as with
+    reg1 = reg2 = 0 decoupled), inf where only ``a`` is not."""
     import numpy as np
 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    diff, scale = np.linalg.norm(a - b), np.linalg.norm(b)
+    if scale == 0:
+        return 0.0 if diff == 0 else np.inf
+    return float(diff / scale)
 
 
 def largest_step_difference(port, graph) -> float:

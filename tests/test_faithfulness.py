@@ -176,6 +176,9 @@ def test_faithfulness_figures():
     port's is."""
     script = experiment("faithfulness")
     assert script.relative([3.0, 4.0], [0.0, 10.0]) == pytest.approx(np.hypot(3.0, 6.0) / 10)
+    with np.errstate(all="raise"):  # C unmoved on both sides (reg1 = reg2 = 0): 0, not NaN
+        assert script.relative([0.0, 0.0], [0.0, 0.0]) == 0.0
+        assert script.relative([0.0, 1e-9], [0.0, 0.0]) == np.inf
     assert script.largest_step_difference([1.0, 3.0], [1.0, 2.0]) == pytest.approx(0.5)
     assert script.largest_step_difference([0.0, 0.0], [0.0, 0.0]) == 0.0
     assert script.largest_step_difference([0.0, 1e-9], [0.0, 0.0]) == np.inf
