@@ -52,9 +52,14 @@ run:
 # The port against the released graph on ORL, the authors' reference C's settings (README,
 # "Faithfulness"); other datasets: python experiments/faithfulness.py --dataset D.
 ORL_REFERENCE_C := $(wildcard ../shared/reference/orl_decoupled_entropy_C100.npy)
+# Without it the run only compares the port with the rebuilt graph, which reads the same
+# weights and images: a converter or loader bug would pass unseen, so say so (on stderr).
+ORL_AGAINST = $(if $(ORL_REFERENCE_C),--against $(ORL_REFERENCE_C),$(warning \
+    ../shared/reference/orl_decoupled_entropy_C100.npy not found: running without \
+    --against (the authors' C)))
 faithfulness:
 	$(PYTHON) experiments/faithfulness.py --dataset orl --reg1 1 --reg2 0.2 --lr 1e-3 --epochs 100 \
-	    --noise-floor $(if $(ORL_REFERENCE_C),--against $(ORL_REFERENCE_C)) $(ARGS)
+	    --noise-floor $(ORL_AGAINST) $(ARGS)
 
 # Pretrain one dataset's auto-encoder into pretrained/<dataset>.h5.
 $(addprefix pretrain-,$(PRETRAINABLE)):

@@ -1121,6 +1121,32 @@ def test_make_gives_orl_the_authors_auto_encoder_unless_args_name_another():
     assert refused.returncode != 0 and "make run needs DATASET=<name>" in refused.stderr
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_faithfulness_says_when_it_runs_without_the_authors_c(tmp_path):
+    """Without ../shared/reference the run compares the port only with the rebuilt graph, which
+    reads the same weights and images: `make faithfulness` says so on stderr instead of
+    dropping --against unseen."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    (tmp_path / "repo").mkdir()
+    shutil.copy(REPO / "Makefile", tmp_path / "repo")
+
+    def make():
+        return subprocess.run(["make", "-n", "--no-print-directory", "faithfulness",
+                               "PYTHON=python"], cwd=tmp_path / "repo", capture_output=True,
+                              text=True, env=env, check=True)
+
+    alone = make()
+    assert "--against" not in alone.stdout and "running without --against" in alone.stderr
+    reference = tmp_path / "shared" / "reference"
+    reference.mkdir(parents=True)
+    (reference / "orl_decoupled_entropy_C100.npy").write_bytes(b"")
+    found = make()
+    assert "--against ../shared/reference/orl_decoupled_entropy_C100.npy" in found.stdout
+    assert "without --against" not in found.stderr
+
+
 # argparse's own refusals: an option or value the script no longer takes. A file the command
 # names but this machine lacks (a /tmp folder of some session) is refused too, but is not drift.
 _SYNTAX_ERRORS = ("unrecognized arguments", "invalid choice", "invalid", "expected one argument",
