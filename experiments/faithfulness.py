@@ -13,6 +13,10 @@ the first command above). With --noise-floor it runs the released graph once mor
 images in another order: the same problem in exact arithmetic, so the distance between its two
 C's is what float32 rounding alone does to C over these steps (Adam amplifies rounding where a
 gradient is near 0), the yardstick for the port's distance.
+
+Both sides read the same checkpoint tensors (weights.read_tf1_checkpoint), images and settings,
+so the port-vs-graph figures check the model, the losses and Adam, not the converter or the
+loaders: --against (the authors' C) and tests/test_weights.py's reconstruction errors do.
 """
 
 import sys
