@@ -155,13 +155,14 @@ def _read_open_file(f, path):
     """read_autoencoder_file's checks and reads on the open file."""
     import h5py
 
-    if f.attrs.get("format") != FORMAT:
+    # np.ndim: a damaged or hand-edited attribute may be an array, whose == is one per element
+    if np.ndim(f.attrs.get("format")) != 0 or f.attrs.get("format") != FORMAT:
         raise MescError(f"{path} is not a mesc-tf auto-encoder file (no format={FORMAT!r} "
                         "attribute); give a file of experiments/pretrain.py or "
                         "save_autoencoder (a TF1 checkpoint converts with "
                         "mesc_tf.weights.convert_tf1_checkpoint, or run.py --tf1-checkpoint)")
     version = f.attrs.get("version")
-    if version != VERSION:
+    if np.ndim(version) != 0 or version != VERSION:
         shown = "none" if version is None else np.asarray(version).tolist()
         raise MescError(f"{path} has format version {shown}, but this mesc-tf reads "
                         f"version {VERSION}; use the mesc-tf that wrote it, or re-create it "
@@ -178,6 +179,9 @@ def _read_open_file(f, path):
     except (KeyError, ValueError, TypeError, MescError) as e:  # MescError: Architecture's
         raise MescError(f"{path} is damaged ({e}); re-create it with "
                         "experiments/pretrain.py") from None
+    if not isinstance(metadata, dict):  # save_autoencoder writes a dict, and callers .get() it
+        raise MescError(f"{path} is damaged (its metadata is a {type(metadata).__name__}, not a "
+                        "dict); re-create it with experiments/pretrain.py")
     return arch, metadata, weights
 
 

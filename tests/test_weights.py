@@ -384,6 +384,21 @@ def test_h5_without_its_architecture_is_damaged(saved, damage):
     assert message.startswith(str(path))
 
 
+@pytest.mark.parametrize("attr,value,match", [
+    ("version", np.array([1, 1]), "format version \\[1, 1\\], but this mesc-tf reads"),
+    ("format", np.array([b"mesc-tf-autoencoder"] * 2), "is not a mesc-tf auto-encoder file"),
+    ("metadata", "[1, 2]", "is damaged \\(its metadata is a list, not a dict\\)"),
+])
+def test_h5_attributes_of_another_kind_are_refused(saved, attr, value, match):
+    """A hand-edited or damaged attribute of another kind (an array where one value belongs,
+    metadata that is not a dict): one MescError, not numpy's "truth value of an array"
+    ValueError, nor metadata that breaks its readers' .get() later."""
+    _, path = saved
+    with h5py.File(path, "a") as f:
+        f.attrs[attr] = value
+    expect_error(match, load_autoencoder, path, ARCH)
+
+
 def test_h5_older_format_version_is_refused(saved):
     """Version 0 (not this reader's) is refused as 99 is."""
     _, path = saved
