@@ -257,8 +257,9 @@ N_SUBSET = 40
 
 @pytest.fixture(scope="module")
 def subsets(shared_data):
-    """~120 images per dataset, spread over the classes. COIL40/COIL100 data are not shared:
-    random [0, 1] images of their size stand in (the graph's arithmetic is what is tested)."""
+    """N_SUBSET (40) images per dataset, every (n // 40)-th, as faithfulness.py --samples 40
+    takes them. COIL40/COIL100 data are not shared: random [0, 1] images of their size stand
+    in (the graph's arithmetic is what is tested)."""
     rng = np.random.default_rng(0)
     out = {}
     for name in ["coil20", "eyaleb", "usps", "mnist"]:
