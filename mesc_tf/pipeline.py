@@ -72,7 +72,9 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
             checkpoint_every=checkpoint_every, callbacks=callbacks, jit_compile=jit_compile)
         steps = int(net.optimizer.iterations.numpy())  # a resumed run's too
         final_lr = float(net.optimizer.learning_rate.numpy())
-        kept_start = relative_error(ae, x) > start.start_error
+        trained = relative_error(ae, x)
+        # A NaN or inf error is a divergence (Diverged below), whichever start it began from.
+        kept_start = bool(np.isfinite(trained) and trained > start.start_error)
         if kept_start:
             ae.set_weights(start.start_weights)
     else:  # no training: only the rescaling below, of ``init``

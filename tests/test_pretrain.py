@@ -114,6 +114,20 @@ def test_diverged_pretraining_is_refused_not_returned(x):
         pipeline.pretrain(x * np.float32(1e30), ARCH, Pretrain(lr=1e-2, max_steps=2), verbose=0)
 
 
+def test_a_continued_run_that_diverges_is_refused_whatever_its_error(x):
+    """--init at an absurd rate: every step's error is inf or NaN. Both are a divergence, one
+    line naming the rate; an inf used to count as 'worse than the start' and return the start
+    silently, a NaN as a divergence."""
+    configure_runtime(0)
+    trained, _ = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=20), verbose=0)
+    for lr in (1e10, 1e30):
+        rate = re.escape(f"{lr:g}")
+        with pytest.raises(MescError, match=rf"pretraining diverged \(relative reconstruction "
+                           rf"error (inf|nan)\); lower the learning rate \(it was {rate}\)"):
+            pipeline.pretrain(x, ARCH, Pretrain(lr=lr, max_steps=3, patience=3),
+                              init=trained, verbose=0)
+
+
 def test_pretraining_refuses_nan_images_before_training(x):
     """NaN pixels used to train to NaN weights and be reported as a divergence (blaming the
     learning rate); now they are refused first, as the estimator and the loaders refuse them."""
