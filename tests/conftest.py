@@ -13,7 +13,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# ../shared beside the checkout, or MESC_SHARED_DIR (a clone elsewhere, e.g. a reviewer's).
+SHARED = Path(os.environ.get("MESC_SHARED_DIR")
+              or Path(__file__).resolve().parents[2] / "shared").resolve()
 
 # The seven released auto-encoders (Toy shares COIL20's), relative to shared/pretrained-tf1.
 TF1_CHECKPOINTS = {k: v for k, v in ORIGINAL_CHECKPOINTS.items() if k != "toy"}
@@ -47,7 +49,7 @@ def _existing(path: Path, what: str) -> Path:
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    """The shared folder beside the repository (data, checkpoints, reference numbers)."""
+    """The shared folder (data, checkpoints, reference numbers): SHARED."""
     return _existing(SHARED, "shared folder")
 
 

@@ -3,7 +3,6 @@
 import gzip
 import os
 import warnings
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -14,7 +13,9 @@ from mesc_tf.config import DATASETS
 from mesc_tf.data import LOADERS, find_data_dir, load_dataset, validate_images
 from mesc_tf.errors import MescError
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data"
+from conftest import SHARED  # tests/conftest.py
+
+REAL = SHARED / "data"
 needs_real = pytest.mark.skipif(not REAL.is_dir() and os.environ.get("MESC_REQUIRE_SHARED") != "1",
                                 reason=f"real data not found at {REAL}")
 
