@@ -384,10 +384,14 @@ def _load_toy(root: _Root) -> Dataset:
     objects = np.asarray(get_config("toy").extra["coil20_objects"])
     path = root.find("toy", "COIL20.mat")
     x, gnd = _fea_gnd(path, "toy")
+    gnd = _relabel(gnd)  # the object numbers the coil20 loader gives
+    k = get_config("coil20").n_clusters
+    if np.unique(gnd).size != k or gnd.max() != k:
+        raise MescError(f"{path}: gnd numbers {np.unique(gnd).size} objects {gnd.min()}.."
+                        f"{gnd.max()} (after gnd - min + 1), not COIL20's 1..{k}, so the Toy set "
+                        f"(objects {objects.tolist()}) is unclear; give the COIL20.mat of the "
+                        "benchmark")
     keep = np.isin(gnd, objects)
-    if not keep.any():
-        raise MescError(f"{path} holds none of COIL20's objects {objects.tolist()}, the Toy set; "
-                        "give the COIL20.mat of the benchmark")
     y = np.argmax(gnd[keep, None] == objects[None, :], axis=1) + 1
     return _dataset("toy", x[keep], y, [path], n_clusters=len(objects))
 

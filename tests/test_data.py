@@ -165,7 +165,8 @@ def test_coil20_and_toy(tmp_path):
     np.testing.assert_array_equal(toy.y, np.repeat([1, 2, 3], 4))
     np.testing.assert_allclose(toy.x[..., 0], fea[:12].reshape(-1, 32, 32).astype(np.float32))
     savemat(tmp_path / "COIL20.mat", fea=fea[12:], gnd=gnd[12:])  # objects 4..20 only
-    expect_error("holds none of COIL20's objects", load_dataset, "toy", tmp_path)
+    expect_error("gnd numbers 17 objects 1..17 .* not COIL20's 1..20", load_dataset, "toy",
+                 tmp_path)
 
 
 def _yale_Y(n_img=3, n_subj=4):
@@ -427,3 +428,13 @@ def test_validate_images_edges():
     assert validate_images(np.zeros((2, 4, 5)), training=False).shape == (2, 4, 5, 1)
     with pytest.warns(UserWarning, match=r"50% of the pixels are negative"):
         validate_images(np.stack([-x[0], x[0]]))
+
+
+def test_toy_picks_the_objects_coil20_numbers_so(tmp_path):
+    """Toy's objects 1, 2, 3 are those the coil20 loader labels 1, 2, 3: a COIL20.mat whose gnd
+    starts at 0 is relabelled (gnd - min + 1) before the objects are picked."""
+    fea, gnd = fea_gnd(20, 2, dtype=np.float64, first_label=0)
+    savemat(tmp_path / "COIL20.mat", fea=fea / 255.0, gnd=gnd)
+    coil20, toy = load_dataset("coil20", tmp_path), load_dataset("toy", tmp_path)
+    np.testing.assert_array_equal(toy.x, coil20.x[coil20.y <= 3])
+    np.testing.assert_array_equal(toy.y, coil20.y[coil20.y <= 3])
