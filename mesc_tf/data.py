@@ -111,7 +111,10 @@ def _read_mat(path: Path) -> dict[str, np.ndarray]:
             # MATLAB shape, so fea is (n, pixels) and Y is (2016, 64, 38) in both layouts.
             with h5py.File(path, "r") as f:
                 return {k: np.asarray(v[()]).T for k, v in f.items() if isinstance(v, h5py.Dataset)}
-        return {k: v for k, v in scipy.io.loadmat(str(path)).items() if not k.startswith("__")}
+        mat = scipy.io.loadmat(str(path))
+        # A variable MATLAB stored sparse comes back as a scipy.sparse matrix: make it dense.
+        return {k: v.toarray() if hasattr(v, "toarray") else v for k, v in mat.items()
+                if not k.startswith("__")}
     except Exception as e:  # scipy and h5py raise many types (ValueError, OSError, zlib, ...)
         raise MescError(
             f"cannot read {path} ({one_line(e)}); the file is corrupt or not a MATLAB .mat "

@@ -438,3 +438,16 @@ def test_toy_picks_the_objects_coil20_numbers_so(tmp_path):
     coil20, toy = load_dataset("coil20", tmp_path), load_dataset("toy", tmp_path)
     np.testing.assert_array_equal(toy.x, coil20.x[coil20.y <= 3])
     np.testing.assert_array_equal(toy.y, coil20.y[coil20.y <= 3])
+
+
+def test_sparse_variables_are_read_as_dense(tmp_path):
+    """A .mat whose fea MATLAB stored sparse loads as the dense file does (scipy returns a
+    sparse matrix, which np.asarray turns into a 0-d object array: 'fea has shape ()')."""
+    import scipy.sparse
+
+    fea, gnd = fea_gnd(40, 10)
+    savemat(tmp_path / "ORL_32x32.mat", fea=fea, gnd=gnd)
+    dense = load_dataset("orl", tmp_path)
+    savemat(tmp_path / "ORL_32x32.mat", fea=scipy.sparse.csc_matrix(fea.astype(np.float64)),
+            gnd=gnd)
+    np.testing.assert_array_equal(load_dataset("orl", tmp_path).x, dense.x)
