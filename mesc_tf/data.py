@@ -296,6 +296,13 @@ def _load_coil(root: _Root, name: str) -> Dataset:
         warnings.warn(f"{path}: fea is in [0, 1], but the authors' COIL40/COIL100 auto-encoders "
                       "were trained on the standard file's 0..255; multiply by 255 to use them "
                       "(--tf1-checkpoint original)", MescWarning, stacklevel=2)
+    k = get_config(name).n_clusters
+    if np.unique(gnd[:n]).size != k:
+        raise MescError(
+            f"{path}: the first {n} rows hold {np.unique(gnd[:n]).size} objects, but {name} is "
+            f"objects 1..{k} x 72 views; the rows must be sorted by object, as in the standard "
+            f"COIL100.mat (README, 'Data'): give that file"
+        )
     return _dataset(name, x[:n], _relabel(gnd[:n]), [path])
 
 

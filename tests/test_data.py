@@ -451,3 +451,12 @@ def test_sparse_variables_are_read_as_dense(tmp_path):
     savemat(tmp_path / "ORL_32x32.mat", fea=scipy.sparse.csc_matrix(fea.astype(np.float64)),
             gnd=gnd)
     np.testing.assert_array_equal(load_dataset("orl", tmp_path).x, dense.x)
+
+
+def test_coil40_from_a_coil100_mat_not_sorted_by_object(tmp_path):
+    """A COIL100.mat whose rows are not sorted by object has other objects than 1..40 in its
+    first 2880 rows: the error says so, not 'a wrong n_clusters', which coil40 cannot change."""
+    fea, gnd = fea_gnd(100, 72)
+    savemat(tmp_path / "COIL100.mat", fea=fea, gnd=np.tile(np.arange(1, 101), 72)[:, None])
+    msg = expect_error("the first 2880 rows hold 100 objects", load_dataset, "coil40", tmp_path)
+    assert "sorted by object" in msg and "n_clusters" not in msg
