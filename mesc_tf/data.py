@@ -246,6 +246,14 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     return x[..., None]
 
 
+def _warn_unit_range(x, path: Path, what: str, autoencoders: str) -> None:
+    """Warn when a dataset fed raw 0..255 comes from a file already scaled to [0, 1]."""
+    if x.size and float(np.max(x)) <= 1.0:
+        warnings.warn(f"{path}: {what} is in [0, 1], but {autoencoders} were trained on the "
+                      "standard file's 0..255; multiply by 255 to use them", MescWarning,
+                      stacklevel=4)
+
+
 def _dataset(name: str, x, y, sources, n_clusters: int | None = None) -> Dataset:
     """Check the loaded arrays against the config and wrap them (labels must be exactly 1..K)."""
     cfg = get_config(name)
@@ -271,6 +279,7 @@ def _load_orl(root: _Root) -> Dataset:
     x, gnd = _fea_gnd(path, "orl")
     # Raw 0..255, no /255: the pretrained ORL AE fits raw pixels (rel. error 0.13; 33 with /255).
     # The row-major reshape transposes the faces, which is the orientation that AE expects.
+    _warn_unit_range(x, path, "fea", "the ORL auto-encoders (pretrained/orl.h5, the authors')")
     return _dataset("orl", x, _relabel(gnd), [path])
 
 
@@ -292,10 +301,8 @@ def _load_coil(root: _Root, name: str) -> Dataset:
         )
     # As stored: the standard file's uint8 0..255, the scale the authors' COIL40 and COIL100
     # auto-encoders reconstruct (tests/test_weights.py, test_coil100_checkpoints_expect_raw_pixels).
-    if x.size and float(np.max(x)) <= 1.0:
-        warnings.warn(f"{path}: fea is in [0, 1], but the authors' COIL40/COIL100 auto-encoders "
-                      "were trained on the standard file's 0..255; multiply by 255 to use them "
-                      "(--tf1-checkpoint original)", MescWarning, stacklevel=2)
+    _warn_unit_range(x, path, "fea", "the authors' COIL40/COIL100 auto-encoders "
+                     "(--tf1-checkpoint original)")
     k = get_config(name).n_clusters
     if np.unique(gnd[:n]).size != k:
         raise MescError(
@@ -336,6 +343,8 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
     # DSC reshapes each column row-major to 42x48 and transposes: a column-major 48x42 reshape,
     # i.e. the upright MATLAB image. Raw 0..255 (the pretrained AE: 0.039; /255 gives 0.534).
     x = cols.reshape(-1, w, h).transpose(0, 2, 1)
+    _warn_unit_range(x, path, "Y", "the EYaleB auto-encoders (pretrained/eyaleb.h5, the "
+                     "authors')")
     y = np.repeat(np.arange(k), n_img) + 1  # subject index i (0-based) - min + 1
     return _dataset("eyaleb", x, y, [path], n_clusters=k)
 

@@ -460,3 +460,17 @@ def test_coil40_from_a_coil100_mat_not_sorted_by_object(tmp_path):
     savemat(tmp_path / "COIL100.mat", fea=fea, gnd=np.tile(np.arange(1, 101), 72)[:, None])
     msg = expect_error("the first 2880 rows hold 100 objects", load_dataset, "coil40", tmp_path)
     assert "sorted by object" in msg and "n_clusters" not in msg
+
+
+@pytest.mark.parametrize("name", ["orl", "eyaleb"])
+def test_raw_pixel_datasets_in_unit_range_warn(tmp_path, name):
+    """ORL and EYaleB are fed raw 0..255, the scale of their auto-encoders (the authors' ORL one
+    reconstructs x/255 with relative error 33): a file already scaled to [0, 1] loads, with the
+    warning COIL100.mat gets."""
+    if name == "orl":
+        fea, gnd = fea_gnd(40, 2)
+        savemat(tmp_path / "ORL_32x32.mat", fea=fea / 255.0, gnd=gnd)
+    else:
+        savemat(tmp_path / "YaleBCrop025.mat", Y=_yale_Y() / _yale_Y().max())
+    with pytest.warns(UserWarning, match=r"in \[0, 1\].*0\.\.255.*multiply by 255"):
+        assert load_dataset(name, tmp_path).x.max() <= 1
