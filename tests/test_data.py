@@ -289,7 +289,7 @@ def test_empty_class(tmp_path):
     fea, gnd = fea_gnd(20, 2)
     gnd[gnd == 20] = 19  # class 20 empty: 19 distinct classes
     savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
-    expect_error("19 distinct classes but n_clusters is 20", load_dataset, "coil20", tmp_path)
+    expect_error("19 distinct classes but coil20 has 20", load_dataset, "coil20", tmp_path)
     gnd[-2:] = 21  # 20 distinct values but a gap: 1..19, 21
     savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
     expect_error(r"empty classes \[20\]", load_dataset, "coil20", tmp_path)
@@ -474,3 +474,13 @@ def test_raw_pixel_datasets_in_unit_range_warn(tmp_path, name):
         savemat(tmp_path / "YaleBCrop025.mat", Y=_yale_Y() / _yale_Y().max())
     with pytest.warns(UserWarning, match=r"in \[0, 1\].*0\.\.255.*multiply by 255"):
         assert load_dataset(name, tmp_path).x.max() <= 1
+
+
+def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_path):
+    """COIL20.mat saved as ORL_32x32.mat: the error says the file is not ORL's; it does not
+    suggest changing n_clusters, which no benchmark command takes."""
+    fea, gnd = fea_gnd(20, 20)
+    savemat(tmp_path / "ORL_32x32.mat", fea=fea, gnd=gnd)
+    msg = expect_error("labels hold 20 distinct classes but orl has 40", load_dataset, "orl",
+                       tmp_path)
+    assert "not the expected orl file" in msg and "n_clusters" not in msg
