@@ -231,13 +231,18 @@ _STATE_FIELDS = ("wait", "stopped_epoch", "best", "best_epoch", "best_weights",
                  "cooldown_counter", "start_weights", "start_error")
 
 
-def _callback_state(cb) -> dict:
+def _callback_state(cb, arrays: dict) -> dict:
+    """``cb``'s fields for state.json; its weights go into ``arrays`` (the checkpoint's .npz:
+    as JSON, a fine-tuning EarlyStopping's best C would be gigabytes of text), each field
+    naming its arrays' key."""
     state = {}
     for name in _STATE_FIELDS:
         if hasattr(cb, name):
             value = getattr(cb, name)
             if name.endswith("_weights") and value is not None:
-                value = [np.asarray(w).tolist() for w in value]  # float32 round-trips exactly
+                key = f"{type(cb).__name__}.{name}"
+                arrays.update({f"{key}.{i}": np.asarray(w) for i, w in enumerate(value)})
+                value = {"npz": key, "count": len(value)}
             state[name] = value.item() if isinstance(value, np.generic) else value
     return state
 
@@ -246,7 +251,7 @@ _WHOLE_FIELDS = ("wait", "stopped_epoch", "best_epoch", "cooldown_counter")
 _NUMBER_FIELDS = ("best", "start_error")
 
 
-def _restore_callback_state(cb, state: dict, model_weights, where):
+def _restore_callback_state(cb, state: dict, model_weights, where, arrays):
     for name, value in state.items():
         if name not in _STATE_FIELDS:
             raise MescError(f"{where}: unknown {type(cb).__name__} field {name!r}")
@@ -257,6 +262,8 @@ def _restore_callback_state(cb, state: dict, model_weights, where):
             raise MescError(f"{where}: {type(cb).__name__}'s {name} is {value!r}, not a "
                             f"{'whole ' if name in _WHOLE_FIELDS else ''}number")
         if name.endswith("_weights") and value is not None:
+            if isinstance(value, dict):  # in the .npz; older checkpoints hold JSON lists
+                value = [arrays()[f"{value['npz']}.{i}"] for i in range(int(value["count"]))]
             value = [np.asarray(w, dtype=m.dtype) for w, m in zip(value, model_weights)]
             if [w.shape for w in value] != [m.shape for m in model_weights]:
                 raise MescError(f"{where}: {type(cb).__name__}'s {name.replace('_', ' ')} do "
@@ -280,10 +287,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     a new file through a temporary name and ``os.replace``; then a small JSON naming that file
     and the epoch is replaced the same way. The last step, and a step after which a callback
     stopped training, are always saved. Weights + optimizer state + epoch, with the counters
-    and best weights of the ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau, and
-    StartingPoint's start), whether training had stopped and the last step's logs (in the
-    JSON), is the whole training state:
-    the only randomness after initialisation, the minibatch order, depends on (seed, step)
+    of the ``stateful`` callbacks (EarlyStopping, ReduceLROnPlateau, StartingPoint), whether
+    training had stopped and the last step's logs (in the JSON), and those callbacks' best and
+    starting weights (an .npz, written before the JSON that names it), is the whole training
+    state: the only randomness after initialisation, the minibatch order, depends on (seed, step)
     alone (:func:`minibatches`). So a resumed run stops, halves its rate and keeps the weights
     the uninterrupted run would.
     """
@@ -310,27 +317,37 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         backup_dir = Path(self.backup_dir)
         backup_dir.mkdir(parents=True, exist_ok=True)
         name = f"state-{self._current_epoch:08d}.weights.h5"
-        tmp = backup_dir / f".tmp-{name}"
+        arrays = {}
+        callbacks = {type(cb).__name__: _callback_state(cb, arrays) for cb in self.stateful}
+        npz = f"state-{self._current_epoch:08d}.callbacks.npz" if arrays else None
         # h5py does not fail cleanly on a full disk (it can crash on closing), so look first.
-        check_free_space(tmp, _state_bytes(self.model), "the checkpoint")
-        try:
-            self.model.save_weights(str(tmp), overwrite=True)
-            _fsync(tmp)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise write_error(tmp, e) from None
-        os.replace(tmp, backup_dir / name)
+        check_free_space(backup_dir / f".tmp-{name}", _state_bytes(self.model) + sum(
+            a.nbytes for a in arrays.values()), "the checkpoint")
+        self._write_finished(name, lambda tmp: self.model.save_weights(str(tmp), overwrite=True))
+        if npz is not None:
+            self._write_finished(npz, lambda tmp: _save_npz(tmp, arrays))
         seconds = self._seconds_before + time.perf_counter() - self._started
         atomic_write_text(self._state_path, json.dumps({
             "epoch": self._current_epoch, "weights": name, "seconds": seconds,
             "stopped": bool(self.model.stop_training), "logs": self._logs,
-            "callbacks": {type(cb).__name__: _callback_state(cb) for cb in self.stateful}}))
+            **({"callback_arrays": npz} if npz else {}), "callbacks": callbacks}))
         # Only now is the previous state unreferenced. Also drop temporary files a kill
         # left behind (they are never read: state.json names only finished files).
         for old in [*backup_dir.glob("state-*.weights.h5"), *backup_dir.glob(".tmp-state-*"),
-                    *backup_dir.glob(".state.json.*")]:
-            if old.name != name:
+                    *backup_dir.glob("state-*.callbacks.npz"), *backup_dir.glob(".state.json.*")]:
+            if old.name not in (name, npz):
                 old.unlink(missing_ok=True)
+
+    def _write_finished(self, name, write):
+        """``write(path)`` to a temporary name, flushed, then renamed to ``name``."""
+        tmp = Path(self.backup_dir) / f".tmp-{name}"
+        try:
+            write(tmp)
+            _fsync(tmp)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise write_error(tmp, e) from None
+        os.replace(tmp, Path(self.backup_dir) / name)
 
     def _load_model(self):
         if not self._state_path.exists():
@@ -349,12 +366,20 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
         saved = state.get("callbacks", {})  # older backups have no such key
+        loaded = {}
+
+        def arrays():  # the .npz, read once and only where a field names it
+            if not loaded:
+                with np.load(Path(self.backup_dir) / state["callback_arrays"]) as f:
+                    loaded.update(f)
+            return loaded
+
         try:
             for cb in self.stateful:
                 if type(cb).__name__ in saved:
                     _restore_callback_state(cb, saved[type(cb).__name__],
-                                            self.model.get_weights(), self._state_path)
-        except (MescError, ValueError, TypeError, AttributeError) as e:
+                                            self.model.get_weights(), self._state_path, arrays)
+        except (MescError, ValueError, TypeError, AttributeError, KeyError, OSError) as e:
             raise MescError(f"cannot restore the checkpoint's callback state ({e}); delete "
                             f"{self.backup_dir} (or pass --force without --resume) to start "
                             "over") from None
@@ -364,6 +389,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # this callback last).
         self._load_model()
         self._started = time.perf_counter()
+
+
+def _save_npz(path, arrays):
+    with open(path, "wb") as f:  # a file object: np.savez would add .npz to a name
+        np.savez(f, **arrays)
 
 
 def _fsync(path):

@@ -4,8 +4,10 @@ minibatches (when asked for or when memory says so)."""
 
 import json
 import re
+import shutil
 import warnings
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -274,6 +276,62 @@ def test_resumed_pretraining_stops_and_keeps_the_weights_of_the_uninterrupted_ru
                            r"delete .* \(or pass --force without --resume\) to start over"):
             pipeline.pretrain(x, ARCH, schedule.replace(max_steps=60), verbose=0,
                               backup_dir=backup)
+
+
+def test_a_checkpoint_keeps_callbacks_weights_in_an_npz_and_reads_older_json_lists(x, tmp_path):
+    """Fine-tuning through the library with EarlyStopping(restore_best_weights): its best
+    weights hold C, n x n, which state.json carried as JSON lists (6x C's size, gigabytes for
+    MNIST). They go into one .npz beside the weights; a resumed run keeps the uninterrupted
+    run's C; an older checkpoint's JSON lists still restore; a missing .npz is one error."""
+    from mesc_tf.config import Settings
+
+    settings = Settings(epochs=12, lr=1e-3)
+    configure_runtime(0)
+    ae, _ = pipeline.pretrain(x, ARCH, Pretrain(lr=1e-2, max_steps=5), verbose=0)
+    start = ae.get_weights()
+
+    def run(epochs, backup):
+        ae.set_weights(start)  # fine-tuning trains the auto-encoder it is given
+        early = keras.callbacks.EarlyStopping(monitor="loss", patience=100,
+                                              restore_best_weights=True)
+        model, _, _ = pipeline.fine_tune(x, settings.replace(epochs=epochs), ae, verbose=0,
+                                         backup_dir=backup, checkpoint_every=3,
+                                         callbacks=[early])
+        return model.coef.numpy()
+
+    configure_runtime(0)
+    whole = run(12, None)
+    backup = tmp_path / "ckpt"
+    configure_runtime(0)
+    run(7, backup)
+    state = json.loads((backup / "state.json").read_text())
+    assert state["callback_arrays"] == "state-00000007.callbacks.npz"
+    assert sorted(p.name for p in backup.iterdir()) == [
+        "state-00000007.callbacks.npz", "state-00000007.weights.h5", "state.json"]
+    assert (backup / "state.json").stat().st_size < 2000  # no C in it
+    snapshot = tmp_path / "at-step-7"
+    shutil.copytree(backup, snapshot)
+    configure_runtime(1)
+    np.testing.assert_array_equal(run(12, backup), whole)
+    # A checkpoint of before: the weights as JSON lists, no .npz.
+    older = tmp_path / "older"
+    shutil.copytree(snapshot, older)
+    with np.load(older / state["callback_arrays"]) as f:
+        arrays = dict(f)
+    (older / state["callback_arrays"]).unlink()
+    old = json.loads(json.dumps(state))
+    old.pop("callback_arrays")
+    field = old["callbacks"]["EarlyStopping"]["best_weights"]
+    old["callbacks"]["EarlyStopping"]["best_weights"] = [
+        arrays[f"{field['npz']}.{i}"].tolist() for i in range(field["count"])]
+    (older / "state.json").write_text(json.dumps(old))
+    configure_runtime(1)
+    np.testing.assert_array_equal(run(12, older), whole)
+    # state.json naming an .npz that is not there.
+    (snapshot / state["callback_arrays"]).unlink()
+    with pytest.raises(MescError, match=r"cannot restore the checkpoint's callback state .*"
+                       r"state-00000007.callbacks.npz.*; delete .*at-step-7 \(or pass --force"):
+        run(12, snapshot)
 
 
 @pytest.mark.parametrize("stop", ["early_stopping", "target", "max_steps"])
