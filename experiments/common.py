@@ -9,8 +9,9 @@ Every experiment writes under ``experiments/results/<name>/`` (``--out`` to chan
 * ``runs/<key>.json`` (and sometimes ``runs/<key>.npy``): one finished unit of work (one
   fine-tuning and its clusterings). It holds the exact spec it was made with (dataset, subset,
   settings, auto-encoder, seeds, ...). A rerun reuses records whose spec matches, so an
-  interrupted experiment continues where it stopped; a record made with a different spec is
-  refused (use another ``--out`` or ``--redo``), never silently replaced.
+  interrupted experiment continues where it stopped; a record made with a different spec, or
+  by another experiment on the same ``--out``, is refused (use another ``--out`` or ``--redo``),
+  never silently replaced or misread.
 * ``<name>.json``, ``<name>.md`` and ``*.png``: the summary, rebuilt from the run records. It
   remembers the request (datasets, seeds, options) it was built for; a different request on the
   same folder is refused unless ``--force``.
@@ -537,6 +538,10 @@ class Results:
             return None  # unreadable (cannot happen with atomic writes): recompute
         if not isinstance(rec, dict):
             return None  # not a record (a file written by something else): recompute
+        made_by = rec.get("experiment", self.args.experiment)  # records before it: not known
+        if made_by != self.args.experiment:  # tsne, confusion and toy_affinity share keys
+            raise MescError(f"{path} is a run of experiments/{made_by}.py, not of "
+                            f"{self.args.experiment}.py; give each experiment its own --out")
         if rec.get("spec") != _norm(spec):
             raise MescError(f"{path} holds a finished run made with other options "
                             f"({_diff(rec.get('spec'), _norm(spec))}); choose another --out, or "
@@ -545,7 +550,8 @@ class Results:
         return rec
 
     def put(self, key: str, spec: dict, result: dict) -> dict:
-        rec = {"key": key, "spec": _norm(spec), "result": _norm(result)}
+        rec = {"key": key, "experiment": self.args.experiment, "spec": _norm(spec),
+               "result": _norm(result)}
         self.runs.mkdir(parents=True, exist_ok=True)
         files.write_json(self.path(key), rec)
         self.computed += 1

@@ -1007,6 +1007,32 @@ def test_run_records_count_what_was_reused_and_tell_seeds_apart(tmp_path):
         results.get("toy-our", spec)
 
 
+def test_a_record_of_another_experiment_on_a_shared_out_is_refused(tmp_path):
+    """tsne.py, confusion.py and toy_affinity.py key a method run alike (<dataset>-<method>,
+    the same method_spec): on one --out, confusion took tsne's record (KeyError traceback) and
+    toy_affinity its latent codes as C. The record names its experiment; another's is refused."""
+    import argparse
+
+    from experiments import common
+    from mesc_tf.config import method_settings
+    from mesc_tf.errors import MescError
+
+    def results(experiment):
+        return common.Results(argparse.Namespace(out=str(tmp_path), experiment=experiment,
+                                                 force=False, redo=False, seeds=[0]), {})
+
+    d = common.Data("toy", np.zeros((4, 2)), np.array([1, 1, 2, 2]), 2, {})
+    src = {"label": "he_normal (no pretraining)", "sha256": None}
+    spec = common.method_spec(d, "our", method_settings("toy", "our"), src,
+                              argparse.Namespace(seeds=[0]))
+    results("tsne").put("toy-our", spec, {"finetune_s": 1.0})
+    assert results("tsne").get("toy-our", spec)["result"] == {"finetune_s": 1.0}
+    for other in ("confusion", "toy_affinity"):
+        with pytest.raises(MescError, match=r"is a run of experiments/tsne\.py, not of "
+                           rf"{other}\.py; give each experiment its own --out"):
+            results(other).get("toy-our", spec)
+
+
 def test_check_sources_names_the_dataset_and_labels_show_short_paths(monkeypatch, tmp_path):
     from argparse import Namespace
 
