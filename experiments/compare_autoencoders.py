@@ -240,6 +240,14 @@ def main(argv=None):
     return summary
 
 
+# Rows reach autoencoders.json only after both tables ran; the tables' finished cells are kept.
+INTERRUPTED = ("interrupted; finished cells are kept under --out (ours/, original/): rerun the "
+               "same command to continue")
+
+
+def run_main(main=main, argv=None):
+    return cli.main_guard(lambda: main(argv), interrupted=lambda: INTERRUPTED)
+
+
 if __name__ == "__main__":
-    cli.main_guard(main, interrupted=lambda: "interrupted; the rows of the datasets finished "
-                   "are kept in autoencoders.json: rerun with --datasets naming the others")
+    run_main()

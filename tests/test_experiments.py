@@ -1253,3 +1253,19 @@ def test_an_interrupted_figure_script_says_how_to_go_on(capsys):
         run_main(interrupted, [])
     assert e.value.code == 130 and capsys.readouterr().err == (
         "error: interrupted; finished runs are kept: rerun the same command to continue\n")
+
+
+def test_an_interrupted_compare_autoencoders_says_to_rerun_the_same_command(capsys):
+    """Interrupted during its tables, compare_autoencoders.py has written no autoencoders.json
+    row: its line said the finished rows were kept there and to rerun naming the other
+    datasets. The tables' cells are what is kept, and the same command reuses them."""
+    from experiments import compare_autoencoders
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as e:
+        compare_autoencoders.run_main(interrupted, [])
+    assert e.value.code == 130 and capsys.readouterr().err == (
+        "error: interrupted; finished cells are kept under --out (ours/, original/): rerun the "
+        "same command to continue\n")
