@@ -103,6 +103,7 @@ _AE_VALUES = $(patsubst --weights@%,%,$(patsubst --tf1-checkpoint@%,%,$(filter \
              --weights@% --tf1-checkpoint@%,$(_AE_PAIRS)))) $(patsubst --weights=%,%,$(patsubst \
              --tf1-checkpoint=%,%,$(filter --weights=% --tf1-checkpoint=%,$(ARGS))))
 BARE_AE = $(strip $(foreach v,$(_AE_VALUES),$(if $(findstring =,$(v)),,$(v))))
-AUTHORS_AE = $(if $(or $(findstring orl=,$(ARGS)),$(filter --no-pretrain,$(ARGS)),$(BARE_AE)),,--tf1-checkpoint orl=original)
+_OWN_ORL_AE = $(or $(findstring orl=,$(ARGS)),$(filter --no-pretrain,$(ARGS)),$(BARE_AE))
+AUTHORS_AE = $(if $(_OWN_ORL_AE),,--tf1-checkpoint orl=original)
 
 figures: $(FIGURES)
