@@ -175,6 +175,9 @@ def test_convergence_skips_missing_data(data_env, tmp_path):
         assert "coil100" in saved["skipped"]
 
 
+# The smoke run's untrained auto-encoder and few steps leave C without an off-diagonal link,
+# which the run rightly warns of; this test checks the figure and its scores, not the labels.
+@pytest.mark.filterwarnings("ignore:post-clustering. C has no nonzero entry off its diagonal")
 def test_tsne(data_env, tmp_path):
     from experiments import tsne
 
