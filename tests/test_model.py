@@ -585,6 +585,8 @@ def test_load_weights_into_a_fresh_model_restores_adam_too(tmp_path):
     assert set(terms) == {"recon", "rel_err"} and 0 < terms["rel_err"]
 
 
+# Keras' own note on loading: the recompiled model's fresh Adam saved no slots to restore.
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
 def test_overrides_take_keras_positional_arguments_and_load_a_jit_model(tmp_path):
     """The fit/evaluate/predict/compile overrides take Keras' arguments by position too (they
     raised TypeError), compile(metrics=[]) asks for nothing, and a model saved with
