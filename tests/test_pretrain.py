@@ -303,7 +303,7 @@ def test_a_checkpoint_keeps_callbacks_weights_in_an_npz_and_reads_older_json_lis
     whole = run(12, None)
     backup = tmp_path / "ckpt"
     configure_runtime(0)
-    run(7, backup)
+    at_7 = run(7, backup)  # EarlyStopping's best weights, restored at the end: step 7's
     state = json.loads((backup / "state.json").read_text())
     assert state["callback_arrays"] == "state-00000007.callbacks.npz"
     assert sorted(p.name for p in backup.iterdir()) == [
@@ -311,6 +311,10 @@ def test_a_checkpoint_keeps_callbacks_weights_in_an_npz_and_reads_older_json_lis
     assert (backup / "state.json").stat().st_size < 2000  # no C in it
     snapshot = tmp_path / "at-step-7"
     shutil.copytree(backup, snapshot)
+    # The best weights read back are the ones saved: resumed at its last step, the run takes no
+    # step and ends on them (the 12-step runs below would end on later bests whatever was read).
+    shutil.copytree(snapshot, tmp_path / "again")
+    np.testing.assert_array_equal(run(7, tmp_path / "again"), at_7)
     configure_runtime(1)
     np.testing.assert_array_equal(run(12, backup), whole)
     # A checkpoint of before: the weights as JSON lists, no .npz.
@@ -325,6 +329,8 @@ def test_a_checkpoint_keeps_callbacks_weights_in_an_npz_and_reads_older_json_lis
     old["callbacks"]["EarlyStopping"]["best_weights"] = [
         arrays[f"{field['npz']}.{i}"].tolist() for i in range(field["count"])]
     (older / "state.json").write_text(json.dumps(old))
+    shutil.copytree(older, tmp_path / "older-again")
+    np.testing.assert_array_equal(run(7, tmp_path / "older-again"), at_7)
     configure_runtime(1)
     np.testing.assert_array_equal(run(12, older), whole)
     # state.json naming an .npz that is not there.
