@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import keras
@@ -370,8 +371,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 
         def arrays():  # the .npz, read once and only where a field names it
             if not loaded:
-                with np.load(Path(self.backup_dir) / state["callback_arrays"]) as f:
-                    loaded.update(f)
+                try:
+                    with np.load(Path(self.backup_dir) / state["callback_arrays"]) as f:
+                        loaded.update(f)
+                except (EOFError, zipfile.BadZipFile) as e:  # a damaged .npz: empty, not a zip
+                    raise ValueError(f"{state['callback_arrays']}: {one_line(e)}") from None
             return loaded
 
         try:

@@ -333,8 +333,14 @@ def test_a_checkpoint_keeps_callbacks_weights_in_an_npz_and_reads_older_json_lis
     np.testing.assert_array_equal(run(7, tmp_path / "older-again"), at_7)
     configure_runtime(1)
     np.testing.assert_array_equal(run(12, older), whole)
-    # state.json naming an .npz that is not there.
-    (snapshot / state["callback_arrays"]).unlink()
+    # A damaged .npz (empty, or cut short), then state.json naming one that is not there.
+    npz = snapshot / state["callback_arrays"]
+    for damaged in (b"", npz.read_bytes()[:1000]):
+        npz.write_bytes(damaged)
+        with pytest.raises(MescError, match=r"callback state \(state-00000007.callbacks.npz: "
+                           r".*; delete .*at-step-7 \(or pass --force"):
+            run(12, snapshot)
+    npz.unlink()
     with pytest.raises(MescError, match=r"cannot restore the checkpoint's callback state .*"
                        r"state-00000007.callbacks.npz.*; delete .*at-step-7 \(or pass --force"):
         run(12, snapshot)
