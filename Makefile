@@ -53,10 +53,11 @@ run:
 # "Faithfulness"); other datasets: python experiments/faithfulness.py --dataset D.
 ORL_REFERENCE_C := $(wildcard ../shared/reference/orl_decoupled_entropy_C100.npy)
 # Without it the run only compares the port with the rebuilt graph, which reads the same
-# weights and images: a converter or loader bug would pass unseen, so say so (on stderr).
-ORL_AGAINST = $(if $(ORL_REFERENCE_C),--against $(ORL_REFERENCE_C),$(warning \
-    ../shared/reference/orl_decoupled_entropy_C100.npy not found: running without \
-    --against (the authors' C)))
+# weights and images: a converter or loader bug would pass unseen, so say so (on stderr),
+# unless ARGS gives its own --against.
+ORL_AGAINST = $(if $(ORL_REFERENCE_C),--against $(ORL_REFERENCE_C),$(if $(findstring \
+    --against,$(ARGS)),,$(warning ../shared/reference/orl_decoupled_entropy_C100.npy not \
+    found: running without --against (the authors' C))))
 faithfulness:
 	$(PYTHON) experiments/faithfulness.py --dataset orl --reg1 1 --reg2 0.2 --lr 1e-3 --epochs 100 \
 	    --noise-floor $(ORL_AGAINST) $(ARGS)

@@ -1165,13 +1165,15 @@ def test_make_faithfulness_says_when_it_runs_without_the_authors_c(tmp_path):
     (tmp_path / "repo").mkdir()
     shutil.copy(REPO / "Makefile", tmp_path / "repo")
 
-    def make():
+    def make(*args):
         return subprocess.run(["make", "-n", "--no-print-directory", "faithfulness",
-                               "PYTHON=python"], cwd=tmp_path / "repo", capture_output=True,
-                              text=True, env=env, check=True)
+                               "PYTHON=python", *args], cwd=tmp_path / "repo",
+                              capture_output=True, text=True, env=env, check=True)
 
     alone = make()
     assert "--against" not in alone.stdout and "running without --against" in alone.stderr
+    own = make("ARGS=--against C.npy")  # the user's own reference C: nothing is left out
+    assert "--against C.npy" in own.stdout and "without --against" not in own.stderr
     reference = tmp_path / "shared" / "reference"
     reference.mkdir(parents=True)
     (reference / "orl_decoupled_entropy_C100.npy").write_bytes(b"")
