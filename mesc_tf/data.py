@@ -262,7 +262,8 @@ def _dataset(name: str, x, y, sources, n_clusters: int | None = None) -> Dataset
     classes = np.unique(y).size
     if np.size(y) == len(x) >= k and classes != k:  # no n_clusters to change, unlike own images
         raise MescError(f"{where}: labels hold {classes} distinct classes but {name} has {k}; "
-                        f"this is not the expected {name} file (or a class has no images)")
+                        f"this is not the expected {name} file (or a class has no images): give "
+                        "the benchmark's file (README, 'Data')")
     x = validate_images(x, y, k, cfg.arch.image_shape, where=where)
     y = np.asarray(y, dtype=np.int64)
     empty = np.setdiff1d(np.arange(1, k + 1), y)

@@ -484,3 +484,4 @@ def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_pa
     msg = expect_error("labels hold 20 distinct classes but orl has 40", load_dataset, "orl",
                        tmp_path)
     assert "not the expected orl file" in msg and "n_clusters" not in msg
+    assert msg.endswith("give the benchmark's file (README, 'Data')")  # what to do
