@@ -460,6 +460,11 @@ def test_coil40_from_a_coil100_mat_not_sorted_by_object(tmp_path):
     savemat(tmp_path / "COIL100.mat", fea=fea, gnd=np.tile(np.arange(1, 101), 72)[:, None])
     msg = expect_error("the first 2880 rows hold 100 objects", load_dataset, "coil40", tmp_path)
     assert "sorted by object" in msg and "n_clusters" not in msg
+    # COIL100 takes every row: 99 objects is another file, which no sorting would mend.
+    savemat(tmp_path / "COIL100.mat", fea=fea, gnd=np.minimum(gnd, 99))
+    msg = expect_error("labels hold 99 distinct classes but coil100 has 100", load_dataset,
+                       "coil100", tmp_path)
+    assert "sorted" not in msg
 
 
 @pytest.mark.parametrize("name", ["orl", "eyaleb"])
