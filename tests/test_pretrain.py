@@ -315,8 +315,14 @@ def test_a_checkpoint_keeps_callbacks_weights_in_an_npz_and_reads_older_json_lis
     # step and ends on them (the 12-step runs below would end on later bests whatever was read).
     shutil.copytree(snapshot, tmp_path / "again")
     np.testing.assert_array_equal(run(7, tmp_path / "again"), at_7)
+    # A kill after step 9's .npz was renamed into place, before state.json named it, and one
+    # during its write: never read (state.json names step 7's), gone after the next save.
+    for stray in ("state-00000009.callbacks.npz", ".tmp-state-00000009.callbacks.npz"):
+        (backup / stray).write_bytes(b"half written")
     configure_runtime(1)
     np.testing.assert_array_equal(run(12, backup), whole)
+    assert sorted(p.name for p in backup.iterdir()) == [
+        "state-00000012.callbacks.npz", "state-00000012.weights.h5", "state.json"]
     # A checkpoint of before: the weights as JSON lists, no .npz.
     older = tmp_path / "older"
     shutil.copytree(snapshot, older)
