@@ -623,11 +623,11 @@ def request_of(args, **extra) -> dict:
     return req
 
 
-def run_main(main, argv=None):
-    """Entry point: one-line errors (cli.main_guard); an interrupted run says how to go on
-    (finished runs are reused, Runs)."""
+def run_main(main, argv=None, kept="finished runs are kept"):
+    """Entry point: one-line errors (cli.main_guard); an interrupted run says what is kept and
+    how to go on (finished work is reused: Results)."""
     return cli.main_guard(lambda: main(argv), interrupted=lambda: (
-        "interrupted; finished runs are kept: rerun the same command to continue"))
+        f"interrupted; {kept}: rerun the same command to continue"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -241,13 +241,7 @@ def main(argv=None):
 
 
 # Rows reach autoencoders.json only after both tables ran; the tables' finished cells are kept.
-INTERRUPTED = ("interrupted; finished cells are kept under --out (ours/, original/): rerun the "
-               "same command to continue")
-
-
-def run_main(main=main, argv=None):
-    return cli.main_guard(lambda: main(argv), interrupted=lambda: INTERRUPTED)
-
+KEPT = "finished cells are kept under --out (ours/, original/)"
 
 if __name__ == "__main__":
-    run_main()
+    common.run_main(main, kept=KEPT)

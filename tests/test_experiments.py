@@ -1269,12 +1269,13 @@ def test_an_interrupted_compare_autoencoders_says_to_rerun_the_same_command(caps
     row: its line said the finished rows were kept there and to rerun naming the other
     datasets. The tables' cells are what is kept, and the same command reuses them."""
     from experiments import compare_autoencoders
+    from experiments.common import run_main
 
     def interrupted(argv):
         raise KeyboardInterrupt
 
     with pytest.raises(SystemExit) as e:
-        compare_autoencoders.run_main(interrupted, [])
+        run_main(interrupted, [], kept=compare_autoencoders.KEPT)
     assert e.value.code == 130 and capsys.readouterr().err == (
         "error: interrupted; finished cells are kept under --out (ours/, original/): rerun the "
         "same command to continue\n")
