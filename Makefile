@@ -95,16 +95,17 @@ confusion:
 # or $MESC_TF1_DIR), from which its settings were swept: ours, pretrained/orl.h5, meets the
 # reconstruction bar but clusters worse with them (pretrained/README.md). Every other dataset
 # uses this project's pretrained/<dataset>.h5. main_table.md names the auto-encoder of every cell.
-# ARGS naming ORL's source (--weights orl=F.h5, --tf1-checkpoint orl=P) or --no-pretrain replace
-# it, and so does a bare --weights F.h5 / --tf1-checkpoint P (every dataset's, ORL's too);
-# `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5. (A table without ORL says
-# that it does not use it.) --seeds in ARGS replaces SEEDS.
+# ARGS naming ORL's source (--weights orl=F.h5 or ORL=F.h5, --tf1-checkpoint orl=P) or
+# --no-pretrain replace it, and so does a bare --weights F.h5 / --tf1-checkpoint P (every
+# dataset's, ORL's too); `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5. (A table
+# without ORL says that it does not use it.) --seeds in ARGS replaces SEEDS.
 _AE_PAIRS = $(join $(ARGS),$(addprefix @,$(wordlist 2,$(words $(ARGS)),$(ARGS))))
 _AE_VALUES = $(patsubst --weights@%,%,$(patsubst --tf1-checkpoint@%,%,$(filter \
              --weights@% --tf1-checkpoint@%,$(_AE_PAIRS)))) $(patsubst --weights=%,%,$(patsubst \
              --tf1-checkpoint=%,%,$(filter --weights=% --tf1-checkpoint=%,$(ARGS))))
 BARE_AE = $(strip $(foreach v,$(_AE_VALUES),$(if $(findstring =,$(v)),,$(v))))
-_OWN_ORL_AE = $(or $(findstring orl=,$(ARGS)),$(filter --no-pretrain,$(ARGS)),$(BARE_AE))
+_OWN_ORL_AE = $(or $(findstring orl=,$(ARGS)),$(findstring ORL=,$(ARGS)),\
+              $(filter --no-pretrain,$(ARGS)),$(BARE_AE))
 AUTHORS_AE = $(if $(_OWN_ORL_AE),,--tf1-checkpoint orl=original)
 
 figures: $(FIGURES)

@@ -1139,7 +1139,8 @@ def test_make_gives_orl_the_authors_auto_encoder_unless_args_name_another():
     assert "--tf1-checkpoint orl=original" in make("table").stdout
     other = make("sensitivity", "ARGS=--weights coil20=x.h5").stdout  # not ORL's source
     assert "--tf1-checkpoint orl=original" in other
-    for args in ("--weights orl=x.h5", "--tf1-checkpoint orl=p", "--no-pretrain --smoke",
+    for args in ("--weights orl=x.h5", "--weights ORL=x.h5", "--tf1-checkpoint orl=p",
+                 "--no-pretrain --smoke",
                  # a bare path is every dataset's, ORL's too: with orl=original as well, the
                  # script refused "--weights or --tf1-checkpoint for a dataset, not both"
                  "--datasets orl --weights x.h5", "--weights=x.h5", "--tf1-checkpoint p"):
