@@ -123,9 +123,15 @@ def _saved_layers(autoencoder) -> dict:
     from mesc_tf.model import ConvAutoEncoder
 
     if not isinstance(autoencoder, ConvAutoEncoder):
+        from mesc_tf.estimator import MESCClustering  # only on this error path (sklearn)
+
         inner = getattr(autoencoder, "autoencoder", None)
         hint = (" (this model's auto-encoder is its .autoencoder)"
                 if isinstance(inner, ConvAutoEncoder) else "")
+        if isinstance(autoencoder, MESCClustering):
+            hint = (" (a fitted MESCClustering's fine-tuned auto-encoder is its .encoder_)"
+                    if hasattr(autoencoder, "encoder_") else
+                    " (an unfitted MESCClustering: fit it, then save its .encoder_)")
         raise MescError(f"save_autoencoder needs a mesc_tf.model.ConvAutoEncoder, got "
                         f"{type(autoencoder).__name__}{hint}")
     if not all(layer.built for layer in autoencoder.named_layers):

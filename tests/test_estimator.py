@@ -517,3 +517,15 @@ def test_image_shape_with_a_zero_side_is_refused_by_name(shape):
     x = np.random.default_rng(0).random((6, 0)).astype(np.float32)
     with pytest.raises(MescError, match="image_shape must be"):
         MESCClustering(2, image_shape=shape).fit(x)
+
+
+def test_save_autoencoder_of_the_estimator_names_encoder_(fitted, tmp_path):
+    """save_autoencoder(est) is refused pointing at est.encoder_ (fitted) or at fit
+    (unfitted), and writes nothing; save_autoencoder(est.encoder_) is the way."""
+    with pytest.raises(MescError, match=r"got MESCClustering \(a fitted MESCClustering's "
+                       r"fine-tuned auto-encoder is its \.encoder_\)"):
+        save_autoencoder(fitted, tmp_path / "ae.h5")
+    with pytest.raises(MescError, match=r"an unfitted MESCClustering: fit it, then save"):
+        save_autoencoder(MESCClustering(3), tmp_path / "ae.h5")
+    assert not list(tmp_path.iterdir())
+    assert save_autoencoder(fitted.encoder_, tmp_path / "ae.h5").is_file()
