@@ -98,9 +98,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     random_state : int, RandomState or None, default=0
         Seeds Python, NumPy and TensorFlow (initialisation, minibatch order) and the spectral
         clustering. A RandomState, or None (NumPy's global one), gives a seed drawn from it.
-        ``fit`` seeds them process-wide (``keras.utils.set_random_seed``) and turns on
-        TensorFlow's op determinism, as the command-line runs do, so that a fit repeats
-        bit for bit; reseed your own generators after it if you rely on them.
+        ``fit`` seeds them process-wide (``keras.utils.set_random_seed``), turns on
+        TensorFlow's op determinism and turns TF32 off (both stay so for the process's other
+        TensorFlow code), as the command-line runs do, so that a fit repeats bit for bit;
+        reseed your own generators after it if you rely on them.
     verbose : int, default=0
         0: silent; 1: Keras progress bars and a line on the auto-encoder used.
 
