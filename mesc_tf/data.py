@@ -188,7 +188,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
         )
     if x.ndim == 4 and x.shape[-1] == 1:
         x = x[..., 0]
-    if x.ndim != 3 or x.shape[0] == 0:
+    if x.ndim != 3 or 0 in x.shape:  # no image, or images with no pixel
         raise MescError(
             f"{where}: images have shape {x.shape}; pass one or more grey images as "
             f"(n, height, width) or (n, height, width, 1)"

@@ -419,10 +419,12 @@ def test_toy_labels_follow_the_configured_object_order(tmp_path, monkeypatch):
 
 
 def test_validate_images_edges():
-    """No images, n_clusters 0 or 2.5 are errors; an all-zero batch is fine when not training
+    """No images, images of no pixel, n_clusters 0 or 2.5 are errors; an all-zero batch is fine when not training
     (encoding); negative pixels warn (the decoder's last ReLU cannot reach them)."""
     x = np.ones((3, 4, 5))
     expect_error("images have shape", validate_images, np.zeros((0, 4, 5)), training=False)
+    # Images with no pixel: a shape error, not 'every pixel of every image is 0'.
+    expect_error(r"images have shape \(6, 0, 16\)", validate_images, np.zeros((6, 0, 16)))
     expect_error("n_clusters must be a whole number >= 1", validate_images, x, n_clusters=0)
     expect_error("n_clusters must be a whole number >= 1", validate_images, x, n_clusters=2.5)
     assert validate_images(np.zeros((2, 4, 5)), training=False).shape == (2, 4, 5, 1)
