@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from mesc_tf.errors import MescError
+from mesc_tf.errors import MescError, MescWarning
 from mesc_tf.metrics import accuracy
 from mesc_tf.postcluster import thrc as pc_thrc
 from mesc_tf.postcluster import affinity, cluster, post_proC, pretreat, spectral, thrC
@@ -286,8 +286,10 @@ def test_spectral_checks_its_affinity():
 def test_one_cluster_and_all_zero_C(method):
     C, _ = _blocks()
     np.testing.assert_array_equal(cluster(C, 1, 0.2, 3, 4.0, method=method), 0)
-    # 'dsc' keeps an all-zero C all zero: no affinity to cluster ('mesc' sets diag := 1).
-    with pytest.raises(MescError, match="affinity matrix is all zero"):
+    # 'dsc' keeps an all-zero C all zero: no affinity to cluster ('mesc' sets diag := 1). The
+    # warning that C links no two samples comes first.
+    with pytest.raises(MescError, match="affinity matrix is all zero"), \
+            pytest.warns(MescWarning, match="links no two samples"):
         cluster(np.zeros((20, 20), np.float32), 2, 0.2, 2, 1.0, "dsc", method=method)
 
 
