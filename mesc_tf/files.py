@@ -52,7 +52,8 @@ def size_text(n_bytes) -> str:
 def write_error(path, e: OSError) -> MescError:
     """A failed write of ``path`` as one MescError: the file, the cause, what to do."""
     # NumPy's tofile reports a short write as "N requested and M written", without an errno.
-    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or "written" in str(e)
+    short_write = e.errno is None and " requested and " in str(e) and "written" in str(e)
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or short_write
     hint = ("the disk is full: free space there or write elsewhere" if full
             else "check that its folder exists and is writable, or write elsewhere")
     return MescError(f"cannot write {path} ({one_line(e)}); {hint}")
@@ -85,7 +86,10 @@ def atomic_file(path, mode="w"):
     """Yield a temporary file beside ``path``; on success flush, fsync and rename it to path.
     A write that fails (a full disk) is a MescError naming ``path``; nothing is left."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as e:  # name the folder, not mkstemp's temporary file
+        raise write_error(path, OSError(e.errno, e.strerror, str(path.parent))) from None
     try:
         os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, mode) as f:

@@ -7,21 +7,24 @@ from pathlib import Path
 
 
 def code_revision() -> str:
-    """The git commit of this checkout ('-dirty' with uncommitted changes), else 'unknown'."""
+    """The git commit of this checkout ('-dirty' with uncommitted changes), else 'unknown':
+    also where the package is installed inside some other git repository (a virtualenv kept in
+    one), whose commit says nothing about this code."""
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
     try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel",
+                              "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
                                 "--untracked-files=no"], capture_output=True, text=True,
                                timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    if rev.returncode != 0:
+    lines = rev.stdout.splitlines()
+    if rev.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root:
         return "unknown"
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return lines[1].strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def versions() -> dict:

@@ -1174,6 +1174,23 @@ def test_a_full_quota_says_the_disk_is_full():
     assert "cannot write r.json" in str(quota) and "the disk is full" in str(quota)
     denied = write_error("r.json", OSError(errno.EACCES, "Permission denied"))
     assert "the disk is full" not in str(denied) and "writable" in str(denied)
+    short = write_error("r.npy", OSError("40 requested and 8 written"))  # NumPy's tofile
+    assert "the disk is full" in str(short)
+    # a message that merely contains "written" (a read-only file system) is not a full disk
+    erofs = write_error("r.json", OSError(errno.EROFS, "Read-only file system (not written)"))
+    assert "the disk is full" not in str(erofs) and "writable" in str(erofs)
+
+
+def test_atomic_file_into_a_missing_folder_names_the_target(tmp_path):
+    """mkstemp's own error names its temporary file; the MescError names the file to write."""
+    from mesc_tf.files import atomic_write_text
+
+    target = tmp_path / "no-such-folder" / "r.json"
+    with pytest.raises(MescError) as caught:
+        atomic_write_text(target, "{}")
+    message = str(caught.value)
+    assert f"cannot write {target}" in message and "folder exists" in message
+    assert ".r.json." not in message and not target.parent.exists()
 
 
 def test_locked_is_exclusive(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mesc_tf
 from mesc_tf import sources, sweep
 from mesc_tf.provenance import code_revision
 from mesc_tf.config import TRAIN_FIELDS, Settings, method_settings
@@ -1176,12 +1177,25 @@ def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(toy_weight
                                                   (128, "", "unknown")])
 def test_code_revision_reads_git(monkeypatch, rc, status, expected):
     """The commit, '-dirty' with changes, 'unknown' outside a git checkout."""
+    root = Path(mesc_tf.__file__).resolve().parents[1]
+
     def fake_run(args, **kwargs):
-        out = "0123456789ab\n" if "rev-parse" in args else status
+        out = f"{root}\n0123456789ab\n" if "rev-parse" in args else status
         return subprocess.CompletedProcess(args, rc, out, "")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     assert code_revision() == expected
+
+
+def test_code_revision_inside_another_repository_is_unknown(monkeypatch):
+    """Installed inside some other git repository (a virtualenv kept in one), the package's
+    folder is not that repository's top: its commit says nothing about this code."""
+    def fake_run(args, **kwargs):
+        out = "/home/someone/project\nfedcba987654\n" if "rev-parse" in args else ""
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert code_revision() == "unknown"
 
 
 def test_code_revision_without_git_is_unknown(monkeypatch):
