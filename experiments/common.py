@@ -102,6 +102,13 @@ def seeds_of(groups, default) -> list[int]:
     return list(dict.fromkeys(s for group in groups for s in group))
 
 
+def _is_path(value, key) -> bool:
+    """Whether ``value``, which holds an '=' after ``key``, is a bare path: one that exists (a
+    TF1 checkpoint by its prefix, whose files end in .index) or whose folder part comes before
+    the '=' (no dataset name holds a '/')."""
+    return "/" in key or any(Path(value + end).exists() for end in ("", ".index"))
+
+
 def per_dataset(values, option, bare=True) -> dict:
     """A repeatable [DATASET=]PATH option as {dataset: PATH}, a bare PATH (for every dataset;
     refused unless ``bare``) under None. Bad entries, and two paths for one dataset (or two bare
@@ -113,7 +120,7 @@ def per_dataset(values, option, bare=True) -> dict:
             if not rest:
                 raise MescError(f"{option} {v}: no path after '='; give {key.lower()}=PATH")
             key = key.lower()
-        elif sep and not Path(v).exists():
+        elif sep and not _is_path(v, key):
             raise MescError(f"{option} {v}: {key!r} is not a dataset; use DATASET=PATH with one "
                             f"of {', '.join(DATASETS)}")
         elif not bare:
@@ -229,6 +236,7 @@ def _parse_sets(p, items, scopes, fixed=()):
     for item in items:
         key, eq, raw = item.partition("=")
         scope, _, field = key.rpartition(".")
+        field = field.strip().replace("-", "_")  # coef-init as --grid and the options spell it
         if not eq or field not in FIELD_TYPES:
             p.error(f"--set {item}: expected [SCOPE.]FIELD=VALUE with FIELD one of "
                     f"{', '.join(sorted(FIELD_TYPES))}")

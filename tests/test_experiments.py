@@ -909,6 +909,14 @@ def test_per_dataset_paths_take_any_case_and_the_datasets_own_path_first(tmp_pat
     odd = tmp_path / "ae=v2.h5"
     odd.write_text("")
     assert per_dataset(["ORL=x.h5", str(odd)], "--weights") == {"orl": "x.h5", None: str(odd)}
+    # a TF1 checkpoint by its prefix (only prefix.index exists), and a folder holding '='
+    prefix = tmp_path / "run=3" / "model.ckpt"
+    prefix.parent.mkdir()
+    (tmp_path / "run=3" / "model.ckpt.index").write_text("")
+    assert per_dataset([str(prefix)], "--tf1-checkpoint") == {None: str(prefix)}
+    assert per_dataset(["runs/lr=1e-3/ae.h5"], "--weights") == {None: "runs/lr=1e-3/ae.h5"}
+    with pytest.raises(MescError, match="'orll' is not a dataset"):
+        per_dataset(["orll=x.h5"], "--weights")
     for values in (["all.h5", "orl=x.h5"], ["orl=x.h5", "all.h5"]):
         assert _per_dataset(values, "orl", "--weights") == "x.h5"
         assert _per_dataset(values, "coil20", "--weights") == "all.h5"
@@ -944,6 +952,15 @@ def test_a_scoped_set_beats_a_global_one_and_epochs_beats_both():
     l1 = common.configure(common.preset("coil20", "dsc_l1"), args, "dsc_l1")
     our = common.configure(common.preset("coil20", "our"), args, "our")
     assert (l1.reg1, our.reg1, l1.epochs, our.epochs) == (2.0, 5.0, 4, 4)
+
+
+def test_set_takes_a_field_spelt_with_hyphens_as_grid_does():
+    """--set coef-init=... is --set coef_init=... (the options and --grid spell it so)."""
+    from experiments import common, confusion
+
+    args = confusion.parse_args(["--set", "coef-init=0.001", "--set", "our.recon-scale=2"])
+    our = common.configure(common.preset("coil20", "our"), args, "our")
+    assert (our.coef_init, our.recon_scale) == (0.001, 2.0)
 
 
 def test_subset_keeps_the_first_classes_and_samples_in_file_order(synthetic_data):
