@@ -87,23 +87,86 @@ def memory_cap() -> int | None:
     return int(value)
 
 
+# Where the kernel says which control groups this process is in, and where they are mounted.
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+# (limit file, usage file, memory.stat's reclaimable page cache) in cgroup v2, then v1.
+_CGROUP_FILES = {"v2": ("memory.max", "memory.current", "inactive_file"),
+                 "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+
+
+def _read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _as_int(text):
+    """A byte count from a cgroup file; None for 'max' (no limit) or anything else."""
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_folders():
+    """(version, folder) of this process's memory cgroup and of each of its parents up to the
+    mount (in a container the mount is the container's own group). cgroup v1's memory line
+    first (hybrid systems keep the memory controller there), else v2's unified line."""
+    groups = {}
+    for line in _read_text(PROC_CGROUP).splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "memory" in controllers.split(","):
+            groups["v1"] = (os.path.join(CGROUP_ROOT, "memory"), path)
+        elif not controllers and os.path.exists(os.path.join(CGROUP_ROOT, "cgroup.controllers")):
+            groups["v2"] = (CGROUP_ROOT, path)
+    version = "v1" if "v1" in groups else "v2" if "v2" in groups else None
+    if version is None:
+        return []
+    mount, path = groups[version]
+    parts = [p for p in path.split("/") if p]
+    return [(version, os.path.join(mount, *parts[:i])) for i in range(len(parts), -1, -1)]
+
+
+def cgroup_room():
+    """Bytes the memory cgroups of this process leave it (limit − usage + their inactive page
+    cache, which the kernel reclaims first), the smallest over the group and its parents; None
+    where no group sets a limit. A container's limit is below the machine's MemAvailable."""
+    room = None
+    for version, folder in _cgroup_folders():
+        limit_file, usage_file, cache_key = _CGROUP_FILES[version]
+        limit = _as_int(_read_text(os.path.join(folder, limit_file)))
+        usage = _as_int(_read_text(os.path.join(folder, usage_file)))
+        if limit is None or usage is None or limit >= 2**60:  # v1 writes "no limit" as ~2^63
+            continue
+        stat = dict(line.split(" ", 1) for line in
+                    _read_text(os.path.join(folder, "memory.stat")).splitlines() if " " in line)
+        cache = _as_int(stat.get(cache_key, "0")) or 0
+        left = max(0, limit - usage + cache)
+        room = left if room is None else min(room, left)
+    return room
+
+
 def available_memory() -> int:
-    """Bytes of memory available now, at most ``$MESC_MEMORY_LIMIT_BYTES`` where it is set."""
-    cap = memory_cap()
+    """Bytes of memory available now: the machine's MemAvailable, at most what the process's
+    memory cgroup leaves (:func:`cgroup_room`) and ``$MESC_MEMORY_LIMIT_BYTES`` where set."""
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
         have = info.get("MemAvailable", info["MemTotal"])
     except (OSError, KeyError, ValueError):
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return have if cap is None else min(cap, have)
+    limits = [x for x in (cgroup_room(), memory_cap()) if x is not None]
+    return min([have, *limits])
 
 
 def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
     need, have = memory_estimate(n_samples, arch, rank), available_memory()
     if need > have:
-        cap = f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == memory_cap() else ""
+        cap = (f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == memory_cap() else
+               " (what this process's memory cgroup, e.g. a container's limit, leaves)"
+               if have == cgroup_room() else "")
         raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)} "
                         f"but {size_text(have)} is available{cap}; use a subset of the data "
                         "or a machine with more memory")

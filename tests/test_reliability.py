@@ -300,6 +300,55 @@ def test_memory_limit_only_lowers_what_is_available(monkeypatch):
     assert memory.available_memory() == 10**6
 
 
+def _fake_cgroup(monkeypatch, tmp_path, version, limit, usage, cache):
+    """A cgroup tree under tmp_path: the process in /job/run, the limit set on /job."""
+    from mesc_tf import memory
+
+    names = {"v2": ("memory.max", "memory.current", "inactive_file", ""),
+             "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
+                    "memory")}[version]
+    mount = tmp_path / names[3]
+    (mount / "job" / "run").mkdir(parents=True)
+    if version == "v2":  # the unified hierarchy's mark
+        (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    for folder, lim in ((mount, "max" if version == "v2" else str(2**63 - 4096)),
+                        (mount / "job", str(limit)), (mount / "job" / "run", "max")):
+        (folder / names[0]).write_text(lim + "\n")
+        (folder / names[1]).write_text(f"{usage}\n")
+        (folder / "memory.stat").write_text(f"anon 5\n{names[2]} {cache}\nactive_file 7\n")
+    line = "4:memory:/job/run" if version == "v1" else "0::/job/run"
+    (tmp_path / "self-cgroup").write_text(f"9:pids:/\n{line}\n")
+    monkeypatch.setattr(memory, "PROC_CGROUP", str(tmp_path / "self-cgroup"))
+    monkeypatch.setattr(memory, "CGROUP_ROOT", str(tmp_path))
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_cgroup_limit_caps_the_available_memory(monkeypatch, tmp_path, version):
+    """In a container MemAvailable is the host's: the memory cgroup's limit (set on a parent
+    of the process's group here) less its usage, plus its inactive page cache the kernel
+    reclaims first, is what the run may use; the error says so."""
+    from mesc_tf import memory
+
+    monkeypatch.delenv(memory.MEMORY_LIMIT_ENV, raising=False)
+    _fake_cgroup(monkeypatch, tmp_path, version, limit=3 * 2**30, usage=2**30, cache=2**29)
+    assert memory.cgroup_room() == 2 * 2**30 + 2**29
+    assert memory.available_memory() == 2 * 2**30 + 2**29
+    with pytest.raises(MescError, match="memory cgroup, e.g. a container's limit, leaves"):
+        memory.check_memory(20000, get_config("mnist").arch)  # ~14 GiB
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, "1e6")  # the lower of the two counts
+    assert memory.available_memory() == 10**6
+
+
+def test_no_cgroup_limit_leaves_the_machines_memory(monkeypatch, tmp_path):
+    """'max' (v2) or v1's huge number is no limit; unreadable files change nothing."""
+    from mesc_tf import memory
+
+    _fake_cgroup(monkeypatch, tmp_path, "v2", limit="max", usage=2**30, cache=0)
+    assert memory.cgroup_room() is None
+    monkeypatch.setattr(memory, "PROC_CGROUP", str(tmp_path / "missing"))
+    assert memory.cgroup_room() is None and memory.available_memory() > 0
+
+
 def test_memory_estimate_counts_the_bfc_pool(monkeypatch):
     """With TF's BFC allocator the pool fine-tuning grew stays resident during post-clustering,
     so the two stages add up. MNIST-10k end to end measured 3.81 GiB without the pool and
