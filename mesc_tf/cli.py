@@ -276,6 +276,13 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
         with warnings.catch_warnings():  # restores showwarning afterwards
             warnings.showwarning = _one_line_warning(warnings.showwarning)
             return main()
+    except BrokenPipeError:  # stdout's reader ended (run.py | head): stop as SIGPIPE would
+        _remove(cleanup)
+        # Python's flush of stdout at exit would fail again, with an "Exception ignored" line
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.stderr.write("error: the output's reader closed the pipe (e.g. | head); the run "
+                         "stopped: send its output to a file to keep it running\n")
+        sys.exit(141)
     except (MescError, OSError) as e:
         if isinstance(e, MescError) or not (e.strerror and e.filename):
             message = str(e)

@@ -427,6 +427,26 @@ def test_main_guard_prints_the_projects_warnings_as_one_line(capsys):
     assert warnings.showwarning is before
 
 
+def test_a_closed_output_pipe_stops_the_run_with_one_line(tmp_path):
+    """run.py | head: stdout's reader goes, so the run stops as SIGPIPE would (141) with one
+    line, its outputs removed, and no 'Exception ignored' from Python's flush at exit."""
+    out = tmp_path / "out"
+    code = ("import pathlib, sys; from mesc_tf import cli\n"
+            f"out = pathlib.Path({str(out)!r}); out.mkdir()\n"
+            "def main():\n"
+            "    for _ in range(10**6): print('x' * 100)\n"
+            "cli.main_guard(main, [out])\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert err == ("error: the output's reader closed the pipe (e.g. | head); the run stopped: "
+                   "send its output to a file to keep it running\n")
+    assert not out.exists()
+
+
 def test_main_guard_cleanup(tmp_path, capsys):
     """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug
     keeps its traceback (after the same cleanup)."""
