@@ -145,8 +145,11 @@ def read_backup_state(backup_dir) -> dict:
     path = Path(backup_dir) / "state.json"
     try:
         state = json.loads(path.read_text())
-        return {**state, "weights": str(state["weights"]), "epoch": int(state["epoch"]),
-                "seconds": float(state.get("seconds", 0.0))}
+        state = {**state, "weights": str(state["weights"]), "epoch": int(state["epoch"]),
+                 "seconds": float(state.get("seconds", 0.0))}
+        if state["epoch"] < 0:
+            raise ValueError(f"epoch {state['epoch']} is negative")
+        return state
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise MescError(f"cannot read the checkpoint {path} ({one_line(e)}); delete "
                         f"{backup_dir} (or pass --force without --resume) to start over") from None

@@ -364,6 +364,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             raise MescError(f"cannot restore the checkpoint {weights} ({one_line(e)}); it is "
                             f"damaged or belongs to a different model: delete {self.backup_dir} "
                             "(or pass --force without --resume) to start over") from None
+        # One step per epoch: the weights file's step count is the epoch that state.json names
+        # (a damaged or hand-edited state.json would resume silently at another step).
+        steps = (int(self.model.optimizer.iterations.numpy())
+                 if self.model.optimizer is not None else epoch)
+        if steps != epoch:
+            raise MescError(f"the checkpoint {self._state_path} says step {epoch}, but its "
+                            f"weights {weights.name} were saved after step {steps}; it is "
+                            f"damaged: delete {self.backup_dir} (or pass --force without "
+                            "--resume) to start over")
         self.model._initial_epoch = epoch
         self._seconds_before = seconds
         saved = state.get("callbacks", {})  # older backups have no such key

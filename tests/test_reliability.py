@@ -1286,13 +1286,34 @@ def test_save_npy_writes_float32_into_a_new_folder(tmp_path):
 
 @pytest.mark.parametrize("text", ['{"weights": "w.weights.h5", "epoch": null}',
                                   '{"weights": "w.weights.h5", "epoch": 5',
-                                  '{"weights": "w.weights.h5", "epoch": "five"}', "[1, 2]"])
+                                  '{"weights": "w.weights.h5", "epoch": "five"}', "[1, 2]",
+                                  '{"weights": "w.weights.h5", "epoch": -5}'])
 def test_a_damaged_state_json_is_one_error(tmp_path, text):
     """Whatever is wrong in state.json (a null, a cut-off file, a word, a list) is the same
     MescError that says to start over, not a traceback."""
     (tmp_path / "state.json").write_text(text)
     with pytest.raises(MescError, match="cannot read the checkpoint .*start over"):
         read_backup_state(tmp_path)
+
+
+def test_a_state_json_naming_another_step_than_its_weights_is_refused(tmp_path):
+    """A state.json whose epoch is not the step its weights file was saved after (damaged or
+    edited by hand) is one MescError, not a resume at the wrong step that runs extra steps."""
+    from mesc_tf.config import Architecture
+    from mesc_tf.model import ConvAutoEncoder, PretrainNet
+    from mesc_tf.training import configure_runtime, fit_steps
+
+    configure_runtime(0)
+    x = np.random.default_rng(0).random((4, 8, 8, 1)).astype(np.float32)
+    net = lambda: PretrainNet(ConvAutoEncoder(Architecture((8, 8), (3,), (2,)))  # noqa: E731
+                              .build_for_input())
+    backup = tmp_path / "checkpoint"
+    fit_steps(net(), x, 2, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=1)
+    state = json.loads((backup / "state.json").read_text())
+    assert state["epoch"] == 2
+    (backup / "state.json").write_text(json.dumps({**state, "epoch": 1}))
+    with pytest.raises(MescError, match="says step 1, but its weights .* after step 2.*start over"):
+        fit_steps(net(), x, 3, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=1)
 
 
 @pytest.mark.parametrize("option", ["out", "weights", "tf1-checkpoint", "save-coef", "init",
