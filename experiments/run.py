@@ -196,6 +196,9 @@ def _check_checkpoint(args, out, settings):
                             "to continue it, --force to start over, or another --out")
         return {}
     if not state.exists():
+        if (ckpt / "run.json").exists():  # a run killed before its first checkpoint
+            raise MescError(f"nothing to resume in {out}: its run stopped before its first "
+                            "checkpoint; rerun the command without --resume")
         raise MescError(f"nothing to resume in {out} (no checkpoint/state.json); start the run "
                         "with --checkpoint-every N")
     epoch = read_backup_state(ckpt)["epoch"]

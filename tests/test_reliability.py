@@ -1158,6 +1158,20 @@ def test_a_list_option_given_twice_is_refused(capsys):
                                              f"its values after one {argv[0]}; see x --help\n")
 
 
+def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_rerun(files, tmp_path,
+                                                                          capsys):
+    """A run killed (SIGKILL) before its first checkpoint leaves only checkpoint/run.json: its
+    --resume says to rerun without --resume (it was started with --checkpoint-every)."""
+    out = tmp_path / "run"
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "run.json").write_text("{}")
+    code, _, err = invoke(RUN, ["--dataset", "orl", "--data-dir", files["dir"] / "orl",
+                                "--out", out, "--resume", "--checkpoint-every", "1"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "stopped before its first checkpoint", "without --resume")
+    assert sorted(p.name for p in out.rglob("*")) == ["checkpoint", "run.json"]
+
+
 def test_resume_extends_a_run_and_force_starts_over(files, tmp_path, capsys, monkeypatch):
     """--resume --epochs M extends a finished run: without --checkpoint-every it keeps saving
     as the first run did, and train_s counts the earlier processes' seconds. A he_normal start
