@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from mesc_tf import cli, files, provenance, sources, sweep  # noqa: E402
 from mesc_tf.config import DATASETS, get_config, method_settings  # noqa: E402
-from mesc_tf.errors import MescError  # noqa: E402
+from mesc_tf.errors import MescError, one_line  # noqa: E402
 
 RESULTS_DIR = REPO / "experiments" / "results"
 
@@ -521,8 +521,10 @@ class Results:
         if self.summary_path.exists() and not args.force:
             try:
                 old = json.loads(self.summary_path.read_text())
-            except (OSError, ValueError):
-                old = None
+            except (OSError, ValueError) as e:  # cut off, say: the run records are intact
+                raise MescError(f"cannot read the summary {self.summary_path} ({one_line(e)}); "
+                                "pass --force to rebuild it from the finished runs in "
+                                f"{self.runs}, or choose another --out") from None
             old = old.get("request") if isinstance(old, dict) else None  # else: not ours
             if old != self.request:
                 raise MescError(

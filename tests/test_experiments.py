@@ -484,6 +484,23 @@ def test_json_that_is_not_ours_is_an_error_line_or_recomputed(tmp_path):
         Results(args, {"datasets": ["orl"]})
 
 
+def test_a_cut_off_summary_says_force_rebuilds_it_from_the_runs(tmp_path):
+    """A summary cut off (a copy, a full disk elsewhere) is not 'made for another request':
+    the error says it cannot be read and that --force rebuilds it from the kept run records."""
+    import argparse
+
+    from experiments.common import Results
+    from mesc_tf.errors import MescError
+
+    args = argparse.Namespace(out=str(tmp_path), experiment="sensitivity", force=False,
+                              redo=False)
+    (tmp_path / "sensitivity.json").write_text('{"request": {"datasets": ["or')
+    with pytest.raises(MescError, match=r"cannot read the summary .*sensitivity.json "
+                       r"\(JSONDecodeError.*--force to rebuild it from the finished runs"):
+        Results(args, {"datasets": ["orl"]})
+    assert Results(argparse.Namespace(**{**vars(args), "force": True}), {"datasets": ["orl"]})
+
+
 def test_an_error_before_the_first_run_leaves_no_output_folder(tmp_path):
     from experiments import ablation
     from mesc_tf.errors import MescError
