@@ -108,6 +108,14 @@ def main(argv=None, cleanup=None):
     configure_runtime(args.seed, deterministic=not args.jit)  # Keras: no XLA under determinism
     spec = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
                                        args.no_pretrain)
+    if args.resume and saved.get("autoencoder_sha256") not in (None, spec.sha256):
+        # The checkpoint holds the auto-encoder the run started from; results.json would
+        # record the new file's hash for a training that did not start from it.
+        from mesc_tf.errors import MescError
+
+        raise MescError(f"{spec.describe()}: the file changed since the checkpoint in "
+                        f"{out / 'checkpoint'} was made from it; put that file back to resume, "
+                        "or drop --resume and pass --force to start over from this one")
     ae, ae_source = spec.load(cfg.arch), spec.describe()
 
     # Every input is checked: only now replace an unfinished run's checkpoint (--force) and
@@ -119,7 +127,8 @@ def main(argv=None, cleanup=None):
     if backup is not None and not args.resume:
         backup.mkdir(parents=True, exist_ok=True)
         files.write_json(backup / "run.json", {**_run_identity(args, settings),
-                                             "checkpoint_every": args.checkpoint_every})
+                                             "checkpoint_every": args.checkpoint_every,
+                                             "autoencoder_sha256": spec.sha256})
     print(f"{args.dataset}: {len(ds.x)} images {ds.x.shape[1:3]}, {ds.n_clusters} clusters; "
           f"auto-encoder: {ae_source}")
     print("settings:", settings.to_dict())

@@ -1172,6 +1172,26 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_rerun(files,
     assert sorted(p.name for p in out.rglob("*")) == ["checkpoint", "run.json"]
 
 
+def test_resume_refuses_an_autoencoder_file_that_changed(files, tmp_path, capsys):
+    """The checkpoint holds the auto-encoder the run started from: after --weights FILE was
+    replaced, --resume is refused (results.json would record the new file's hash)."""
+    from mesc_tf.weights import load_autoencoder, save_autoencoder
+
+    weights = tmp_path / "ae.h5"
+    shutil.copy(files["orl_h5"], weights)
+    out = tmp_path / "run"
+    argv = ["--dataset", "orl", "--data-dir", files["dir"] / "orl", "--weights", weights,
+            "--epochs", "1", "--quiet", "--out", out, "--checkpoint-every", "1"]
+    code, _, err = invoke(RUN, argv, capsys)
+    assert code == 0, err
+    ae, _ = load_autoencoder(weights, get_config("orl").arch)
+    ae.set_weights([w + 1 for w in ae.get_weights()])  # another auto-encoder, same name
+    save_autoencoder(ae, weights)
+    code, _, err = invoke(RUN, [*argv, "--resume"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "the file changed since the checkpoint", "--force")
+
+
 def test_resume_extends_a_run_and_force_starts_over(files, tmp_path, capsys, monkeypatch):
     """--resume --epochs M extends a finished run: without --checkpoint-every it keeps saving
     as the first run did, and train_s counts the earlier processes' seconds. A he_normal start
