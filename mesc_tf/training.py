@@ -340,14 +340,22 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 old.unlink(missing_ok=True)
 
     def _write_finished(self, name, write):
-        """``write(path)`` to a temporary name, flushed, then renamed to ``name``."""
+        """``write(path)`` to a temporary name, flushed, then renamed to ``name``. A failed or
+        interrupted write leaves no temporary file, and the previous checkpoint as it was."""
         tmp = Path(self.backup_dir) / f".tmp-{name}"
         try:
             write(tmp)
             _fsync(tmp)
-        except OSError as e:
+        except BaseException as e:  # Ctrl-C or SIGTERM mid-write too
             tmp.unlink(missing_ok=True)
-            raise write_error(tmp, e) from None
+            if not isinstance(e, OSError):
+                raise
+            error = write_error(Path(self.backup_dir) / name, e)
+            if self._state_path.exists():  # "write elsewhere" alone would abandon it
+                kept = read_backup_state(self.backup_dir)["epoch"]
+                error = MescError(f"{error}; the checkpoint of step {kept} is kept: once that "
+                                  "is mended, rerun the same command with --resume")
+            raise error from None
         os.replace(tmp, Path(self.backup_dir) / name)
 
     def _load_model(self):

@@ -1350,6 +1350,49 @@ def test_a_state_json_naming_another_step_than_its_weights_is_refused(tmp_path):
         fit_steps(net(), x, 3, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=1)
 
 
+def test_a_failed_checkpoint_write_keeps_the_last_one_and_says_to_resume(tmp_path, monkeypatch):
+    """A checkpoint write that fails mid-run (a full disk) names the checkpoint, not its
+    temporary file, says the previous checkpoint is kept and how to go on, and leaves no
+    temporary file; one interrupted by Ctrl-C leaves none either."""
+    import errno
+
+    import keras
+
+    from mesc_tf.config import Architecture
+    from mesc_tf.model import ConvAutoEncoder, PretrainNet
+    from mesc_tf.training import configure_runtime, fit_steps
+
+    configure_runtime(0)
+    x = np.random.default_rng(0).random((4, 8, 8, 1)).astype(np.float32)
+    net = lambda: PretrainNet(ConvAutoEncoder(Architecture((8, 8), (3,), (2,)))  # noqa: E731
+                              .build_for_input())
+    backup = tmp_path / "checkpoint"
+    real_save, saves = keras.Model.save_weights, []
+
+    def save(failure):
+        def save_weights(model, path, *args, **kwargs):
+            saves.append(path)
+            real_save(model, path, *args, **kwargs)  # a part of the file is written
+            if len(saves) == 2:
+                raise failure
+        return save_weights
+
+    monkeypatch.setattr(keras.Model, "save_weights", save(OSError(errno.ENOSPC, "No space")))
+    with pytest.raises(MescError) as caught:
+        fit_steps(net(), x, 3, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=1)
+    message = str(caught.value)
+    assert f"cannot write {backup / 'state-00000002.weights.h5'}" in message
+    assert "the disk is full" in message and ".tmp-" not in message
+    assert "the checkpoint of step 1 is kept" in message and "--resume" in message
+    assert sorted(p.name for p in backup.iterdir()) == ["state-00000001.weights.h5",
+                                                        "state.json"]
+    saves.clear()
+    monkeypatch.setattr(keras.Model, "save_weights", save(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        fit_steps(net(), x, 3, 1e-3, verbose=0, backup_dir=backup, checkpoint_every=1)
+    assert not list(backup.glob(".tmp-*"))
+
+
 @pytest.mark.parametrize("option", ["out", "weights", "tf1-checkpoint", "save-coef", "init",
                                     "tensorboard", "data-dir", "coef-cache", "json", "coef",
                                     "against", "tf1-dir", "dir"])
