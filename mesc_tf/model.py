@@ -133,6 +133,17 @@ def _op_determinism() -> bool:
     return is_op_determinism_enabled()
 
 
+def _check_ends(model, x, steps, what="steps"):
+    """A dataset that repeats forever (``training.full_batch``) makes an epoch, an
+    ``evaluate`` or a ``predict`` that never ends unless ``steps`` bounds it: Keras would
+    run it until it ran out. Refused with one line instead of hanging."""
+    if (isinstance(x, tf.data.Dataset) and steps is None
+            and int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)):
+        raise MescError(f"the dataset given to {type(model).__name__} repeats forever (as "
+                        f"full_batch(x) does), so this call would never end: pass {what}=1 "
+                        "(one step), or give the array itself")
+
+
 def _shuffled(dataset) -> bool:
     """Whether a tf.data pipeline has a shuffle step (through its private ``_inputs``; False
     where TF changes that)."""
@@ -323,6 +334,9 @@ class _OwnLossModel(keras.Model):
                 raise MescError("BackupAndRestore with save_freq="
                                 f"{cb.save_freq!r} would repeat a step on resuming; one epoch "
                                 "is one step here, so use save_freq='epoch'")
+        _check_ends(self, named.get("x"), named.get("steps_per_epoch"), "steps_per_epoch")
+        _check_ends(self, named.get("validation_data"), named.get("validation_steps"),
+                    "validation_steps")
         if not _is_array(named.get("x")):  # Keras ignores shuffle for a dataset, but warns
             named.setdefault("shuffle", False)  # if it is True
         steps, per_call = named.get("steps_per_epoch"), getattr(self, "steps_per_execution", 1)
@@ -339,11 +353,13 @@ class _OwnLossModel(keras.Model):
     def evaluate(self, *args, **kwargs):
         named = _named(keras.Model.evaluate, args, kwargs)
         _check_images(self, named.get("x"))
+        _check_ends(self, named.get("x"), named.get("steps"))
         return super().evaluate(**named)
 
     def predict(self, *args, **kwargs):
         named = _named(keras.Model.predict, args, kwargs)
         _check_images(self, named.get("x"))
+        _check_ends(self, named.get("x"), named.get("steps"))
         return super().predict(**named)
 
     def _images(self, data):
@@ -365,9 +381,10 @@ class MESCNet(_OwnLossModel):
     ``fit(x)`` runs one Adam step per epoch on the n images of ``x`` as one batch, in their
     order (row i of C is sample i), so ``fit``, ``evaluate`` and ``predict`` take an array's
     batch_size as n and fit does not shuffle it; a dataset must yield the n images in order
-    (``training.full_batch``). The settings are fixed at construction. The loss terms are
-    logged as ``recon`` (with its ``recon_scale``, which the released graphs build into the
-    term), ``reg`` and ``selfexp`` (without reg1, reg2) and ``loss``.
+    (``training.full_batch``, with ``steps_per_epoch=1``: it repeats forever). The settings
+    are fixed at construction. The loss terms are logged as ``recon`` (with its
+    ``recon_scale``, which the released graphs build into the term), ``reg`` and ``selfexp``
+    (without reg1, reg2) and ``loss``.
     """
 
     def __init__(self, autoencoder: ConvAutoEncoder, n_samples: int, settings: Settings,

@@ -59,7 +59,8 @@ def configure_runtime(seed=None, deterministic=True):
 
 
 def full_batch(x):
-    """A dataset that yields the whole array as one batch, forever."""
+    """A dataset that yields the whole array as one batch, forever: fit it with
+    ``steps_per_epoch=1`` (evaluate and predict with ``steps=1``)."""
     return tf.data.Dataset.from_tensors(tf.convert_to_tensor(x, tf.float32)).repeat()
 
 

@@ -431,6 +431,40 @@ def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
     assert int(model.optimizer.iterations) == 4
 
 
+def test_an_endless_dataset_without_steps_is_refused_not_run_forever():
+    """full_batch(x) repeats forever: fit without steps_per_epoch (or evaluate, predict
+    without steps) ran its first epoch until killed. It is one line now, before any step;
+    with the steps given it runs."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam, full_batch
+
+    import keras
+
+    class RunsOn(keras.callbacks.Callback):  # fails, where the call would hang
+        def on_batch_end(self, batch, logs=None):
+            assert batch < 3, "the call ran on past 3 steps"
+
+        on_test_batch_end = on_predict_batch_end = on_batch_end
+
+    for model, x in (tiny_mescnet(6), (PretrainNet(ConvAutoEncoder(TINY)), tiny_mescnet(6)[1])):
+        model.compile(optimizer=adam(1e-3))
+        data, cb = full_batch(x), [RunsOn()]
+        for call, what in ((lambda: model.fit(data, epochs=1, verbose=0, callbacks=cb),
+                            "steps_per_epoch"),
+                           (lambda: model.fit(x, epochs=1, verbose=0, validation_data=data,
+                                              callbacks=cb), "validation_steps"),
+                           (lambda: model.evaluate(data, verbose=0, callbacks=cb), "steps"),
+                           (lambda: model.predict(data, verbose=0, callbacks=cb), "steps")):
+            with pytest.raises(MescError, match=f"repeats forever.*pass {what}=1") as refused:
+                call()
+            assert "\n" not in str(refused.value)
+        assert int(model.optimizer.iterations) == 0  # refused before any step
+        model.fit(data, epochs=2, steps_per_epoch=1, verbose=0)
+        model.evaluate(data, steps=1, verbose=0)
+        assert int(model.optimizer.iterations) == 2
+
+
 def test_a_refused_fit_leaves_the_model_trainable(monkeypatch):
     """Images of the wrong shape, and datasets of dicts or of unknown shape, are refused in one
     line before Keras traces a step (its wrapper added lines of its own, or failed in the
