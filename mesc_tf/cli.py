@@ -279,9 +279,14 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     except BrokenPipeError:  # stdout's reader ended (run.py | head): stop as SIGPIPE would
         _remove(cleanup)
         # Python's flush of stdout at exit would fail again, with an "Exception ignored" line
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.stderr.write("error: the output's reader closed the pipe (e.g. | head); the run "
-                         "stopped: send its output to a file to keep it running\n")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        try:
+            sys.stderr.write("error: the output's reader closed the pipe (e.g. | head); the "
+                             "run stopped: send its output to a file to keep it running\n")
+            sys.stderr.flush()
+        except OSError:  # stderr went into the same pipe (2>&1 | head): no one to tell
+            os.dup2(devnull, sys.stderr.fileno())
         sys.exit(141)
     except (MescError, OSError) as e:
         if isinstance(e, MescError) or not (e.strerror and e.filename):

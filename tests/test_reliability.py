@@ -447,6 +447,23 @@ def test_a_closed_output_pipe_stops_the_run_with_one_line(tmp_path):
     assert not out.exists()
 
 
+def test_a_closed_pipe_that_stderr_shares_still_stops_the_run_as_sigpipe(tmp_path):
+    """run.py 2>&1 | head: the error line has nowhere to go either; the run still stops with
+    141 and its outputs removed (writing that line failed, and the exit status was 1)."""
+    out = tmp_path / "out"
+    code = ("import pathlib, sys; from mesc_tf import cli\n"
+            f"out = pathlib.Path({str(out)!r}); out.mkdir()\n"
+            "def main():\n"
+            "    for _ in range(10**6): print('x' * 100)\n"
+            "cli.main_guard(main, [out])\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert not out.exists()
+
+
 def test_main_guard_cleanup(tmp_path, capsys):
     """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug
     keeps its traceback (after the same cleanup)."""
