@@ -163,8 +163,9 @@ def adam(lr):
 
 class StepProgbar(keras.callbacks.Callback):
     """Keras' Progbar over all steps (= epochs), showing the loss terms; in a log file (no
-    terminal) a plain line every ``log_every`` seconds and at the last step instead, since
-    Keras' bar writes carriage returns and colour codes wherever ``sys`` is posix."""
+    terminal) a plain line at the first step, every ``log_every`` seconds and at the last step
+    instead, since Keras' bar writes carriage returns and colour codes wherever ``sys`` is
+    posix."""
 
     def __init__(self, total_steps, verbose=1, log_every=30.0):
         super().__init__()
