@@ -419,8 +419,9 @@ def test_toy_labels_follow_the_configured_object_order(tmp_path, monkeypatch):
 
 
 def test_validate_images_edges():
-    """No images, images of no pixel, n_clusters 0 or 2.5 are errors; an all-zero batch is fine when not training
-    (encoding); negative pixels warn (the decoder's last ReLU cannot reach them)."""
+    """No images, images of no pixel, n_clusters 0 or 2.5 are errors; an all-zero batch is fine
+    when not training (encoding); negative pixels warn (the decoder's last ReLU cannot reach
+    them)."""
     x = np.ones((3, 4, 5))
     expect_error("images have shape", validate_images, np.zeros((0, 4, 5)), training=False)
     # Images with no pixel: a shape error, not 'every pixel of every image is 0'.
