@@ -352,6 +352,28 @@ def test_ill_posed_spectra_are_flagged_and_strict_gives_the_reference():
         np.testing.assert_array_equal(strict, ref)
 
 
+def test_next_eigenvalue_tied_with_the_kth_is_flagged_and_strict_gives_the_reference():
+    """Three alike clusters split into K = 2: λ₂ = λ₃, so ARPACK's second eigenvector is any
+    vector of their plane and rounding picks it. The gaps among the K = 2 used (λ₂ − λ₁ ≈
+    0.14) do not show it; the gap to λ_{K+1} does. It went unflagged, with labels other than
+    the reference's."""
+    y = np.repeat(np.arange(3), 30)
+    L = np.where(y[:, None] == y[None, :], 1.0, 0.05)
+    info = {}
+    pc_fast._spectral_inplace(L, 2, 0, info)
+    assert info["ill_posed"] and info["spectral_min_gap"] < pc_fast.SPECTRAL_GAP_MIN
+    # C invariant under a cyclic shift of its three blocks: the same tie, through cluster().
+    m, rng = 30, np.random.default_rng(2)
+    B = [np.eye(m) + rng.random((m, m)), 0.2 * rng.random((m, m)), 0.2 * rng.random((m, m))]
+    C = np.block([[B[(j - i) % 3] for j in range(3)] for i in range(3)])
+    args = (C, 2, 1.0, 3, 1.0, "dsc")
+    info = {}
+    pc.cluster(*args, info=info)
+    assert info["ill_posed"] and info["spectral_min_gap"] < pc_fast.SPECTRAL_GAP_MIN
+    np.testing.assert_array_equal(pc.cluster(*args, method="strict"),
+                                  pc.cluster(*args, method="reference"))
+
+
 def test_samples_outside_the_rank_r_subspace_are_flagged_and_strict_gives_the_reference():
     """One large entry per column over small noise: after thrC a few samples are (nearly)
     orthogonal to the rank-r subspace, their rows of U·√σ are rounding noise, and step 5 makes

@@ -55,9 +55,10 @@ is "fast"):
 
 When the labels can differ. The two routes' affinities differ by rounding (~1e-13), so the
 labels agree wherever the spectral step is stable under such a change. ``info`` reports it:
-``spectral_min_gap`` (the smallest gap between the K smallest Laplacian eigenvalues; below
-``SPECTRAL_GAP_MIN`` ARPACK returns an arbitrary basis of a repeated eigenspace, e.g. for a
-graph with several components, or power 8 making between-cluster weights ~1e-20) and
+``spectral_min_gap`` (the smallest gap between the K + 1 smallest Laplacian eigenvalues, the
+K used and the next; below ``SPECTRAL_GAP_MIN`` ARPACK returns an arbitrary basis of a repeated
+eigenspace, e.g. for a graph with several components, or power 8 making between-cluster weights
+~1e-20, and where λ_{K+1} ties λ_K, even the K-dimensional space is arbitrary) and
 ``discretize_margin`` (how far ``discretize``'s discrete decisions were from flipping, see
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
 arbitrary). ``ill_posed`` is set when either is below its bound; when a sample's row of U·√σ

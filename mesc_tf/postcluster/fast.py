@@ -410,6 +410,32 @@ def _block_shift_invert(solve, n: int, K: int, v0: np.ndarray, seed, info: dict)
         Q[:, m:m + b] = _orth(Q_next)[0]
 
 
+def _next_eigenvalue(apply, to_lambda, vectors, seed) -> float:
+    """λ_{K+1}, the Laplacian's next eigenvalue after the K whose eigenvectors are the columns
+    of ``vectors``: ARPACK on ``apply`` (S⁻¹, or M on the Lanczos route) restricted to their
+    orthogonal complement, whose largest eigenvalue ``to_lambda`` maps to λ_{K+1}. Where
+    λ_{K+1} ties λ_K the K-th eigenvector is an arbitrary vector of their common eigenspace,
+    which no gap among the K themselves shows. NaN where ARPACK does not converge."""
+    n = vectors.shape[0]
+
+    def deflated(x):
+        x = np.ravel(x)
+        x = x - vectors @ (vectors.T @ x)
+        y = apply(x)
+        return y - vectors @ (vectors.T @ y)
+
+    rng = np.random.default_rng(seed if isinstance(seed, (int, np.integer)) else None)
+    v0 = rng.standard_normal(n)
+    v0 -= vectors @ (vectors.T @ v0)
+    op = LinearOperator((n, n), dtype=np.float64, matvec=deflated)
+    try:
+        top = eigsh(op, k=1, which="LA", tol=1e-8, v0=v0, return_eigenvectors=False,
+                    **arpack_rng(seed))
+    except ArpackError:  # ArpackNoConvergence included
+        return np.nan
+    return float(to_lambda(top[0]))
+
+
 class _NotPositiveDefinite(Exception):
     """The Cholesky factorisation failed (and overwrote L)."""
 
@@ -440,6 +466,7 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     arpack_kw = arpack_rng(seed)
     found = (_lanczos_smallest(L, K, v0, info, arpack_kw)
              if large and LANCZOS_MAX_PRODUCTS > 0 else None)
+    solve = None
     if found is not None:
         lam, vectors = found
         info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"
@@ -468,7 +495,15 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
             lam, vectors = eigsh(shape_only, k=K, sigma=_SIGMA, which="LM", tol=0, v0=v0,
                                  OPinv=OPinv, **arpack_kw)
     lam_sorted = np.sort(lam)
-    min_gap = float(np.min(np.diff(lam_sorted))) if K > 1 else np.inf
+    min_gap = np.inf
+    if K > 1:  # one cluster: the labels are all 0 whatever the eigenvectors
+        if solve is None:  # the Lanczos route: L holds M = I − laplacian, unfactored
+            apply = functools.partial(scipy.linalg.blas.dsymv, 1.0, L.T)
+            to_lambda = lambda mu: 1.0 - mu  # noqa: E731
+        else:
+            apply, to_lambda = solve, lambda theta: 1.0 / theta + _SIGMA  # θ = 1 / (λ − σ)
+        following = _next_eigenvalue(apply, to_lambda, vectors, seed)
+        min_gap = float(np.min(np.diff(np.append(lam_sorted, following))))
     info["spectral_min_gap"] = min_gap
     info["ill_posed"] = bool(info.get("ill_posed")) or not min_gap >= SPECTRAL_GAP_MIN
     embedding = vectors.T[:K] / dd
