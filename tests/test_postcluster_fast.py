@@ -622,6 +622,23 @@ def test_powers_below_one_give_the_reference_affinity_and_labels(power):
         np.testing.assert_array_equal(fast, ref)
 
 
+def test_power_below_one_on_rounding_level_entries_is_flagged_and_strict_gives_the_reference():
+    """A C block-diagonal after thrC: U·Uᵀ between blocks is zero in exact arithmetic, rounding
+    noise of either sign on each route; power 0.05 turns it into 0 or ~0.2, so the routes
+    cluster different graphs (ARI 0.46 here) while every gap and margin looks fine. It went
+    unflagged; a noisy C at power 0.9 stays unflagged."""
+    C, _ = trained_like(0, noise=0.0, dtype=np.float64)
+    args = (C, 5, 0.2, 4, 0.05, "mesc")
+    info = {}
+    pc.cluster(*args, seed=0, info=info)
+    assert info["ill_posed"] and info["affinity_rounding"] > pc_fast.AFFINITY_ROUNDING_MAX
+    np.testing.assert_array_equal(pc.cluster(*args, seed=0, method="strict"),
+                                  pc.cluster(*args, seed=0, method="reference"))
+    info = {}
+    pc.cluster(trained_like(0)[0], 5, 0.1, 4, 0.9, "mesc", seed=0, info=info)
+    assert info["affinity_rounding"] < pc_fast.AFFINITY_ROUNDING_MAX and not info["ill_posed"]
+
+
 @pytest.mark.filterwarnings("ignore:Graph is not fully connected")
 def test_isolated_sample_in_the_affinity_is_sklearns():
     """A sample with no positive affinity to any other (its row of U·Uᵀ is ≤ 0 off the

@@ -63,7 +63,9 @@ eigenspace, e.g. for a graph with several components, or power 8 making between-
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
 arbitrary). ``ill_posed`` is set when either is below its bound; when a sample's row of U·√σ
 is rounding noise (``embedding_norm_ratio`` below ``EMBEDDING_NORM_MIN``: the rank-r subspace
-misses that sample, and step 5 scales the noise to a unit row); where the fast route falls
+misses that sample, and step 5 scales the noise to a unit row); at a power below 1, when
+entries of U·Uᵀ near zero make the affinity move by more than ``AFFINITY_ROUNDING_MAX`` with
+that rounding (``affinity_rounding``, see ``fast._power_rounding``); where the fast route falls
 back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
 (below); and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In
 that regime the reference's own labels change with floating-point noise: on the trained COIL20

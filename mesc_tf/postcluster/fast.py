@@ -57,7 +57,14 @@ SVD_GAP_MIN = 1e-6
 # every route. 15 trained C's (ORL, COIL20, EYaleB, USPS and MNIST cells of the main table)
 # give 0.006-0.36; such samples give ~1e-15.
 EMBEDDING_NORM_MIN = 1e-6
-# Smallest gap between the K smallest Laplacian eigenvalues for a well-posed spectral step.
+# How far U·Uᵀ may differ between the routes (the affinities agree to ~1e-13 at powers >= 1),
+# and how far that may move an affinity entry at a power below 1 (``_power_rounding``): 1e5
+# times that rounding, still 100 times below the gap and margin bounds, which sit 1e7 above it.
+# A C block-diagonal after thrC passes it from power 2/3 up; on noisy C's (n 160-2000) power
+# 0.5 gives 1e-10 to 3e-9.
+Z_ROUNDING = 1e-12
+AFFINITY_ROUNDING_MAX = 1e-8
+# Smallest gap between the K + 1 smallest Laplacian eigenvalues for a well-posed spectral step.
 SPECTRAL_GAP_MIN = 1e-6
 # Smallest margin of discretize's discrete decisions (see _discretize_margin) for labels that
 # do not depend on rounding-level differences in the embedding.
@@ -174,13 +181,19 @@ def _zeroed_buffer(n: int) -> np.ndarray:
     return np.frombuffer(memory, dtype=np.float64).reshape((n, n), order="F")
 
 
-def _affinity_inplace(U: np.ndarray, power: float) -> np.ndarray:
-    """Steps 6-7 in one n×n float64 buffer (C order), exactly symmetric."""
+def _affinity_inplace(U: np.ndarray, power: float, info: dict | None = None) -> np.ndarray:
+    """Steps 6-7 in one n×n float64 buffer (C order), exactly symmetric. For a power below 1,
+    ``info`` receives ``affinity_rounding`` (``_power_rounding``) and ``ill_posed`` past
+    ``AFFINITY_ROUNDING_MAX``."""
     # U·Uᵀ, upper triangle, Fortran order
     Z = scipy.linalg.blas.dsyrk(1.0, U, beta=0.0, c=_zeroed_buffer(U.shape[0]), trans=0,
                                 lower=0, overwrite_c=True)
     _mirror_upper(Z)
     L = Z.T  # symmetric: the C-ordered view holds the same matrix
+    if power < 1 and info is not None:
+        rounding = _power_rounding(L, power)
+        info["affinity_rounding"] = rounding
+        info["ill_posed"] = bool(info.get("ill_posed")) or rounding > AFFINITY_ROUNDING_MAX
     np.maximum(L, 0.0, out=L)  # Z·(Z > 0): negative entries → 0
     if power in (2, 4, 8, 16):  # repeated squaring: 2-3x faster than pow (within 2 ulp)
         for _ in range(int(power).bit_length() - 1):
@@ -192,6 +205,19 @@ def _affinity_inplace(U: np.ndarray, power: float) -> np.ndarray:
         raise zero_affinity()
     L /= top
     return L  # ½(L + Lᵀ) = L: already symmetric bit for bit
+
+
+def _power_rounding(Z, power: float) -> float:
+    """How far the affinity max(Z, 0)^power (before the division by its max, 1 for unit rows)
+    can move when Z moves by its rounding between the routes, ``Z_ROUNDING``: the most at the
+    smallest entry above −Z_ROUNDING, as t ↦ t^power is concave for power < 1. An entry that
+    is zero in exact arithmetic (samples whose embeddings are orthogonal, e.g. a C
+    block-diagonal after thrC) is rounding noise of either sign, which a power of 0.05 turns
+    into 0 or ~0.2: the routes then cluster different graphs, and no gap shows it."""
+    low = float(np.min(Z, where=Z > -Z_ROUNDING, initial=np.inf))
+    if not np.isfinite(low):
+        return 0.0
+    return float((low + Z_ROUNDING) ** power - max(low - Z_ROUNDING, 0.0) ** power)
 
 
 def _mirror_upper(Z, block=512):
@@ -582,5 +608,5 @@ def post_proC_fast(Cs, n_clusters, subspace_dim, power, variant, seed, info, tim
         U = svd_embedding(C.toarray(), n_clusters, subspace_dim, arpack_rng(seed))
     del C
     timings["svd_s"] += time.perf_counter() - t0
-    return spectral_with_fallbacks(lambda: _affinity_inplace(U, power), n_clusters, seed, info,
-                                    timings)
+    return spectral_with_fallbacks(lambda: _affinity_inplace(U, power, info), n_clusters, seed,
+                                   info, timings)
