@@ -639,6 +639,28 @@ def test_power_below_one_on_rounding_level_entries_is_flagged_and_strict_gives_t
     assert info["affinity_rounding"] < pc_fast.AFFINITY_ROUNDING_MAX and not info["ill_posed"]
 
 
+def test_sample_linked_only_by_rounding_is_flagged():
+    """A sparse random C: one sample's U·Uᵀ entries with the others are all rounding noise, so
+    its degree is too (~1e-23) and the Laplacian's √degree scaling of it is arbitrary: the
+    reference's own labels move when L moves by 1e-15 (so do they from run to run, with svds'
+    random restarts). The fast route's labels differed from the reference's with every gap and
+    margin clear (ill_posed False); the degree's rounding flags it. Trained-like C's stay far
+    below the bound."""
+    rng = np.random.default_rng(4)
+    C = rng.standard_normal((32, 32)) * (rng.random((32, 32)) < 0.05)
+    args = (C, 6, 0.5, 5, 1.5, "dsc_diag")
+    info = {}
+    pc.cluster(*args, info=info)
+    assert info["ill_posed"] and not info["degree_rounding"] <= pc_fast.DEGREE_ROUNDING_MAX
+    assert info["spectral_min_gap"] > 1e-3 and info["discretize_margin"] > 1e-4
+    L = pc.affinity(pc.thrC(C, 0.5), 6, 5, 1.5, "dsc_diag")
+    noise = 1e-15 * np.random.default_rng(0).random(L.shape)
+    assert adjusted_rand_score(pc.spectral(L, 6), pc.spectral(L + noise + noise.T, 6)) < 1
+    info = {}
+    pc.cluster(trained_like(0)[0], 5, 0.1, 4, 16.0, info=info)
+    assert info["degree_rounding"] < 1e-10
+
+
 @pytest.mark.filterwarnings("ignore:Graph is not fully connected")
 def test_isolated_sample_in_the_affinity_is_sklearns():
     """A sample with no positive affinity to any other (its row of U·Uᵀ is ≤ 0 off the

@@ -63,16 +63,19 @@ eigenspace, e.g. for a graph with several components, or power 8 making between-
 ``_discretize_margin``; sklearn's seeding can leave clusters empty, after which its rotation is
 arbitrary). ``ill_posed`` is set when either is below its bound; when a sample's row of U·√σ
 is rounding noise (``embedding_norm_ratio`` below ``EMBEDDING_NORM_MIN``: the rank-r subspace
-misses that sample, and step 5 scales the noise to a unit row); at a power below 1, when
-entries of U·Uᵀ near zero make the affinity move by more than ``AFFINITY_ROUNDING_MAX`` with
-that rounding (``affinity_rounding``, see ``fast._power_rounding``); where the fast route falls
-back to the reference's svds (an ill-determined rank-r subspace) or to sklearn's LOBPCG
-(below); and where sklearn's step runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In
-that regime the reference's own labels change with floating-point noise: on the trained COIL20
-C (repeated eigenvalues) and on the released ORL C (empty clusters in discretize), running the
-reference route with 1 instead of 2 BLAS threads, or on an L perturbed by 1e-13, renumbers or moves
-64-336 labels and moves ACC by up to 3 points. The fast route's labels there are as valid as the
-reference's, only not the same digits; ``"strict"`` reproduces them at the reference's cost.
+misses that sample, and step 5 scales the noise to a unit row); when a sample's degree in the
+affinity graph is too (``degree_rounding`` above ``DEGREE_ROUNDING_MAX``: its U·Uᵀ entries
+with the others are all near zero, and the Laplacian's √degree scaling of it is arbitrary);
+at a power below 1, when entries of U·Uᵀ near zero make the affinity move by more than
+``AFFINITY_ROUNDING_MAX`` with that rounding (``affinity_rounding``, see
+``fast._power_rounding``); where the fast route falls back to the reference's svds (an
+ill-determined rank-r subspace) or to sklearn's LOBPCG (below); and where sklearn's step
+runs unchecked (K ≥ n − 1, or scikit-learn < 1.9). In that regime the reference's own labels
+change with floating-point noise: on the trained COIL20 C (repeated eigenvalues) and on the
+released ORL C (empty clusters in discretize), running the reference route with 1 instead of 2
+BLAS threads, or on an L perturbed by 1e-13, renumbers or moves 64-336 labels and moves ACC by
+up to 3 points. The fast route's labels there are as valid as the reference's, only not the
+same digits; ``"strict"`` reproduces them at the reference's cost.
 Where ARPACK's shift-invert does not converge at all (an untrained, near-constant C), both
 routes hand the affinity to sklearn's own step, which falls back to LOBPCG; the fast and strict
 routes flag it in ``info``.

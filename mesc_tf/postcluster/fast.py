@@ -64,6 +64,8 @@ EMBEDDING_NORM_MIN = 1e-6
 # 0.5 gives 1e-10 to 3e-9.
 Z_ROUNDING = 1e-12
 AFFINITY_ROUNDING_MAX = 1e-8
+# Largest relative rounding of a sample's degree (``_degree_rounding``), as the margin bound.
+DEGREE_ROUNDING_MAX = 1e-6
 # Smallest gap between the K + 1 smallest Laplacian eigenvalues for a well-posed spectral step.
 SPECTRAL_GAP_MIN = 1e-6
 # Smallest margin of discretize's discrete decisions (see _discretize_margin) for labels that
@@ -190,6 +192,10 @@ def _affinity_inplace(U: np.ndarray, power: float, info: dict | None = None) -> 
                                 lower=0, overwrite_c=True)
     _mirror_upper(Z)
     L = Z.T  # symmetric: the C-ordered view holds the same matrix
+    if info is not None:
+        degree = _degree_rounding(L, power)
+        info["degree_rounding"] = degree
+        info["ill_posed"] = bool(info.get("ill_posed")) or not degree <= DEGREE_ROUNDING_MAX
     if power < 1 and info is not None:
         rounding = _power_rounding(L, power)
         info["affinity_rounding"] = rounding
@@ -205,6 +211,25 @@ def _affinity_inplace(U: np.ndarray, power: float, info: dict | None = None) -> 
         raise zero_affinity()
     L /= top
     return L  # ½(L + Lᵀ) = L: already symmetric bit for bit
+
+
+def _degree_rounding(Z, power: float) -> float:
+    """The largest relative rounding of a sample's degree in the affinity graph,
+    power · Z_ROUNDING / (its largest U·Uᵀ entry with another sample), the degree being led by
+    that entry's power; inf where that entry is rounding noise (|entry| ≤ Z_ROUNDING). The
+    Laplacian divides by √degree: a sample linked to no other but by noise (degree 1e-23 on a
+    random 32×32 C) gets an arbitrary scale, which moves every label on either route. A
+    sample whose entries are all below −Z_ROUNDING is isolated on every route: not counted.
+    """
+    diagonal = Z.diagonal().copy()
+    np.fill_diagonal(Z, -np.inf)
+    best = Z.max(axis=1)
+    np.fill_diagonal(Z, diagonal)
+    best = best[best > -Z_ROUNDING]
+    if best.size == 0:
+        return 0.0
+    low = float(best.min())
+    return power * Z_ROUNDING / low if low > Z_ROUNDING else np.inf
 
 
 def _power_rounding(Z, power: float) -> float:
