@@ -506,7 +506,7 @@ def test_block_shift_invert_equals_arpack():
     solve = _solver(S)
     v0 = np.random.default_rng(1).uniform(-1, 1, n)
     info = {}
-    lam, vectors = pc_fast._block_shift_invert(solve, n, K, v0, 0, info)
+    lam, vectors, following = pc_fast._block_shift_invert(solve, n, K, v0, 0, info)
     want, want_vectors = eigsh(LinearOperator((n, n), matvec=lambda x: x, dtype=float), k=K,
                                sigma=pc_fast._SIGMA, which="LM", tol=0, v0=v0,
                                OPinv=LinearOperator((n, n), matvec=solve, dtype=float))
@@ -516,6 +516,24 @@ def test_block_shift_invert_equals_arpack():
     np.testing.assert_allclose(np.abs(np.sum(vectors * want_vectors, axis=0)), 1, atol=1e-10)
     laplacian = S + pc_fast._SIGMA * np.eye(n)
     np.testing.assert_allclose(laplacian @ vectors, vectors * lam, atol=1e-10)
+    # λ_{K+1} too, for the gap check, where its Ritz pair has converged (not here: None)
+    assert following is None
+
+
+def test_block_shift_invert_gives_the_next_eigenvalue_where_converged(monkeypatch):
+    """The Cholesky route's gap check takes λ_{K+1} from the block Lanczos where its Ritz pair
+    has converged, without ARPACK's single-vector solves (``_next_eigenvalue``)."""
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 10)
+    monkeypatch.setattr(pc_fast, "_next_eigenvalue", None)  # not called
+    C, _ = trained_like(0)
+    L = pc_ref.affinity(pc.thrC(C, 0.1), 5, 4, 1.0, "mesc")
+    A = L - np.diag(np.diag(L))
+    d = 1 / np.sqrt(A.sum(axis=0))
+    lam = np.linalg.eigvalsh(np.eye(len(L)) - d[:, None] * A * d[None, :])[:6]
+    info = {}
+    pc_fast._spectral_inplace(L, 5, 0, info)
+    assert info["spectral"].startswith("block shift-invert")
+    assert info["spectral_min_gap"] == pytest.approx(np.diff(lam).min(), abs=1e-9)
 
 
 def test_block_shift_invert_on_an_invariant_krylov_space():
@@ -529,7 +547,7 @@ def test_block_shift_invert_on_an_invariant_krylov_space():
     laplacian = np.eye(n) - d[:, None] * A * d[None, :]
     info = {}
     solve = _solver(laplacian - pc_fast._SIGMA * np.eye(n))
-    lam, vectors = pc_fast._block_shift_invert(solve, n, 3, np.ones(n), 0, info)
+    lam, vectors, _ = pc_fast._block_shift_invert(solve, n, 3, np.ones(n), 0, info)
     assert info["block_si_solves"] <= 3
     np.testing.assert_allclose(lam, 0, atol=1e-12)
     np.testing.assert_allclose(vectors.T @ vectors, np.eye(3), atol=1e-12)

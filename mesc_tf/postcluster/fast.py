@@ -43,6 +43,10 @@ BLOCK_SI_MIN_BLOCKS = 12
 # Its convergence test: every Ritz pair's residual ‖S⁻¹y − θy‖ ≤ BLOCK_SI_TOL · θ. At 1e-12 the
 # MNIST eigenvectors agree with ARPACK's (tol 0) to |cos| ≥ 1 − 3e-15 (12 block solves).
 BLOCK_SI_TOL = 1e-12
+# The same test for λ_{K+1}, which only the gap check uses: λ within 1e-7·(λ − σ) ≤ 2e-7, a
+# fifth of SPECTRAL_GAP_MIN (~1e-12 on trained-like C's). Where its Ritz pair has not passed it,
+# ARPACK finds λ_{K+1} on the deflated S⁻¹ (``_next_eigenvalue``).
+NEXT_TOL = 1e-7
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
 # Above it, ARPACK's Lanczos basis for the k = r + 1 eigenvectors of CᵀC: SVD_NCV_FACTOR·k
@@ -424,7 +428,8 @@ def _block_shift_invert(solve, n: int, K: int, v0: np.ndarray, seed, info: dict)
     Converged when every Ritz pair's residual ‖S⁻¹y − θy‖ = ‖R·y_last‖ (R from the QR of the
     next block, y_last the Ritz vector's part in the last block: the Lanczos estimate ARPACK
     also uses) is at most ``BLOCK_SI_TOL`` × its θ. Returns (λ ascending, as eigsh
-    returns them, eigenvectors), or None without convergence within ``BLOCK_SI_MAX_VECTORS``;
+    returns them, eigenvectors, λ_{K+1} where its Ritz pair has converged to ``NEXT_TOL``
+    by then, else None), or None without convergence within ``BLOCK_SI_MAX_VECTORS``;
     ``info["block_si_solves"]`` counts the block solves.
     """
     b = K + max(2, K // 2)
@@ -445,14 +450,17 @@ def _block_shift_invert(solve, n: int, K: int, v0: np.ndarray, seed, info: dict)
         H[:m + b, m:m + b] = _mul(Q[:, :m + b], W, trans_a=True)
         H[m:m + b, :m + b] = H[:m + b, m:m + b].T
         m += b
-        theta, Y = scipy.linalg.eigh(H[:m, :m], subset_by_index=[m - K, m - 1])
+        # K + 1 Ritz pairs (b >= K + 2): the K wanted, and the next for the gap λ_{K+1} − λ_K
+        theta, Y = scipy.linalg.eigh(H[:m, :m], subset_by_index=[m - K - 1, m - 1])
         for _ in range(2):
             W = W - _mul(Q[:, :m], _mul(Q[:, :m], W, trans_a=True))
         Q_next, R = _orth(W)
-        if np.all(np.linalg.norm(R @ Y[m - b:], axis=0) <= BLOCK_SI_TOL * theta):
-            lam = 1.0 / theta + _SIGMA  # θ = 1 / (λ − σ)
+        residual = np.linalg.norm(R @ Y[m - b:], axis=0)
+        if np.all(residual[1:] <= BLOCK_SI_TOL * theta[1:]):
+            lam = 1.0 / theta[1:] + _SIGMA  # θ = 1 / (λ − σ)
             order = np.argsort(lam, kind="stable")
-            return lam[order], _mul(Q[:, :m], Y[:, order])
+            following = 1.0 / theta[0] + _SIGMA if residual[0] <= NEXT_TOL * theta[0] else None
+            return lam[order], _mul(Q[:, :m], Y[:, 1:][:, order]), following
         if m + b > cap:
             return None
         # Where a column of W lay (nearly) in span(Q), Q_next holds an arbitrary unit vector
@@ -517,7 +525,7 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     arpack_kw = arpack_rng(seed)
     found = (_lanczos_smallest(L, K, v0, info, arpack_kw)
              if large and LANCZOS_MAX_PRODUCTS > 0 else None)
-    solve = None
+    solve = following = None  # following: λ_{K+1}, where the block route has it
     if found is not None:
         lam, vectors = found
         info["spectral"] = "ARPACK Lanczos on D^-1/2·A·D^-1/2 (symv), in place"
@@ -532,6 +540,8 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
             info["spectral"] = "ARPACK shift-invert as sklearn's, Cholesky factor, in place"
             solve = functools.partial(scipy.linalg.cho_solve, factor, check_finite=False)
             found = _block_shift_invert(solve, n, K, v0, seed, info)
+            if found is not None:
+                found, following = found[:2], found[2]
         else:
             # scipy's get_OPinv_matvec for a dense A: LU of A − σI, lu_solve per ARPACK request.
             factor = scipy.linalg.lu_factor(shifted, overwrite_a=True, check_finite=False)
@@ -548,12 +558,12 @@ def _spectral_inplace(L: np.ndarray, n_clusters: int, seed, info: dict,
     lam_sorted = np.sort(lam)
     min_gap = np.inf
     if K > 1:  # one cluster: the labels are all 0 whatever the eigenvectors
-        if solve is None:  # the Lanczos route: L holds M = I − laplacian, unfactored
-            apply = functools.partial(scipy.linalg.blas.dsymv, 1.0, L.T)
-            to_lambda = lambda mu: 1.0 - mu  # noqa: E731
-        else:
-            apply, to_lambda = solve, lambda theta: 1.0 / theta + _SIGMA  # θ = 1 / (λ − σ)
-        following = _next_eigenvalue(apply, to_lambda, vectors, seed)
+        if following is None and solve is None:  # Lanczos: L holds M = I − laplacian
+            following = _next_eigenvalue(functools.partial(scipy.linalg.blas.dsymv, 1.0, L.T),
+                                         lambda mu: 1.0 - mu, vectors, seed)
+        elif following is None:  # θ = 1 / (λ − σ)
+            following = _next_eigenvalue(solve, lambda theta: 1.0 / theta + _SIGMA, vectors,
+                                         seed)
         min_gap = float(np.min(np.diff(np.append(lam_sorted, following))))
     info["spectral_min_gap"] = min_gap
     info["ill_posed"] = bool(info.get("ill_posed")) or not min_gap >= SPECTRAL_GAP_MIN
