@@ -132,9 +132,9 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         Where the starting auto-encoder came from.
     postcluster_info_ : dict
         The route (``method``) and, on the fast and strict routes, the solvers used and
-        ``ill_posed``: the spectral step is near a tie
-        (repeated Laplacian eigenvalues, or in discretize) or a sample's row of the embedding
-        is rounding noise (it lies outside the rank-r subspace), where rounding can renumber or
+        ``ill_posed``: the spectral step is near a tie (repeated Laplacian eigenvalues among
+        the K + 1 smallest, or in discretize), or a sample's row of the embedding or its
+        degree in the affinity graph is rounding noise, where rounding can renumber or
         move labels, in the released code's route as well (often set on well-clustered C's too);
         ``clusters_found``: the non-empty clusters (spectral clustering can leave some empty;
         ``fit`` then warns).
