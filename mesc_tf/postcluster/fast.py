@@ -56,6 +56,10 @@ DENSE_SVD_MAX_N = 4096
 SVD_NCV_FACTOR = 4 / 3
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
 SVD_GAP_MIN = 1e-6
+# Two of ARPACK's r + 1 eigenvalues of CᵀC this close (relative to σ_1²): a multiple eigenvalue,
+# of which ARPACK may have missed copies, so its gap proves nothing; use svds. Distinct values
+# of a trained C's spectrum (spacing ~1e-3 of σ_1²) are this close with odds ~1e-7.
+SVD_REPEAT_MAX = 1e-12
 # Smallest row norm of U·√σ over the largest. A sample the rank-r subspace (nearly) misses has
 # a row of rounding noise, which step 5 scales to norm 1: its affinities are then arbitrary on
 # every route. 15 trained C's (ORL, COIL20, EYaleB, USPS and MNIST cells of the main table)
@@ -149,6 +153,12 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
         except ArpackError:
             return None
         info["svd"] = "ARPACK on sparse CᵀC"
+        # A value found more than once: CᵀC has a multiple eigenvalue there, whose copies
+        # single-vector Lanczos finds only by rounding, so it may have skipped some and
+        # returned smaller ones (6 of 13 copies of 1 found, and a false gap of 5e-3).
+        if np.min(np.diff(w)) <= SVD_REPEAT_MAX * w[-1]:
+            info["svd_gap"] = 0.0
+            return None
     gap = float((w[1] - w[0]) / w[-1]) if w[-1] > 0 else 0.0
     info["svd_gap"] = gap
     if not gap >= SVD_GAP_MIN:
