@@ -147,28 +147,34 @@ def cgroup_room():
     return room
 
 
-def available_memory() -> int:
-    """Bytes of memory available now: the machine's MemAvailable, at most what the process's
-    memory cgroup leaves (:func:`cgroup_room`) and ``$MESC_MEMORY_LIMIT_BYTES`` where set."""
+def _memory_limits() -> tuple[int, int | None, int | None]:
+    """(the machine's MemAvailable, :func:`cgroup_room`, :func:`memory_cap`), read once."""
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
         have = info.get("MemAvailable", info["MemTotal"])
     except (OSError, KeyError, ValueError):
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    limits = [x for x in (cgroup_room(), memory_cap()) if x is not None]
-    return min([have, *limits])
+    return have, cgroup_room(), memory_cap()
+
+
+def available_memory() -> int:
+    """Bytes of memory available now: the machine's MemAvailable, at most what the process's
+    memory cgroup leaves (:func:`cgroup_room`) and ``$MESC_MEMORY_LIMIT_BYTES`` where set."""
+    return min(x for x in _memory_limits() if x is not None)
 
 
 def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
-    need, have = memory_estimate(n_samples, arch, rank), available_memory()
+    machine, room, cap = _memory_limits()
+    need = memory_estimate(n_samples, arch, rank)
+    have = min(x for x in (machine, room, cap) if x is not None)
     if need > have:
-        cap = (f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == memory_cap() else
+        why = (f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == cap else
                " (what this process's memory cgroup, e.g. a container's limit, leaves)"
-               if have == cgroup_room() else "")
+               if have == room else "")
         raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)} "
-                        f"but {size_text(have)} is available{cap}; use a subset of the data "
+                        f"but {size_text(have)} is available{why}; use a subset of the data "
                         "or a machine with more memory")
     return need
 
