@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from mesc_tf import cli, files, memory, provenance, sources  # noqa: E402
 from mesc_tf.config import METHODS, POST_FIELDS, POST_METHODS  # noqa: E402
+from mesc_tf.errors import MescError  # noqa: E402
 from mesc_tf.files import read_backup_state  # noqa: E402
 
 
@@ -111,8 +112,6 @@ def main(argv=None, cleanup=None):
     if args.resume and saved.get("autoencoder_sha256") not in (None, spec.sha256):
         # The checkpoint holds the auto-encoder the run started from; results.json would
         # record the new file's hash for a training that did not start from it.
-        from mesc_tf.errors import MescError
-
         raise MescError(f"{spec.describe()}: the file changed since the checkpoint in "
                         f"{out / 'checkpoint'} was made from it; put that file back to resume, "
                         "or drop --resume and pass --force to start over from this one")
@@ -194,8 +193,6 @@ def _check_checkpoint(args, out, settings):
     Returns what the first run recorded in checkpoint/run.json ({} if nothing).
     """
     import json
-
-    from mesc_tf.errors import MescError
 
     ckpt = out / "checkpoint"
     state = ckpt / "state.json"

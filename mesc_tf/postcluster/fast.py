@@ -201,22 +201,21 @@ def _zeroed_buffer(n: int) -> np.ndarray:
 
 
 def _affinity_inplace(U: np.ndarray, power: float, info: dict | None = None) -> np.ndarray:
-    """Steps 6-7 in one n×n float64 buffer (C order), exactly symmetric. For a power below 1,
-    ``info`` receives ``affinity_rounding`` (``_power_rounding``) and ``ill_posed`` past
-    ``AFFINITY_ROUNDING_MAX``."""
+    """Steps 6-7 in one n×n float64 buffer (C order), exactly symmetric. ``info`` receives
+    ``degree_rounding`` (``_degree_rounding``), for a power below 1 ``affinity_rounding``
+    (``_power_rounding``), and ``ill_posed`` where either is past its bound."""
     # U·Uᵀ, upper triangle, Fortran order
     Z = scipy.linalg.blas.dsyrk(1.0, U, beta=0.0, c=_zeroed_buffer(U.shape[0]), trans=0,
                                 lower=0, overwrite_c=True)
     _mirror_upper(Z)
     L = Z.T  # symmetric: the C-ordered view holds the same matrix
-    if info is not None:
-        degree = _degree_rounding(L, power)
-        info["degree_rounding"] = degree
-        info["ill_posed"] = bool(info.get("ill_posed")) or not degree <= DEGREE_ROUNDING_MAX
-    if power < 1 and info is not None:
-        rounding = _power_rounding(L, power)
-        info["affinity_rounding"] = rounding
-        info["ill_posed"] = bool(info.get("ill_posed")) or rounding > AFFINITY_ROUNDING_MAX
+    if info is not None:  # the routes' rounding of U·Uᵀ, as the steps below may magnify it
+        info["degree_rounding"] = _degree_rounding(L, power)
+        bad = not info["degree_rounding"] <= DEGREE_ROUNDING_MAX
+        if power < 1:
+            info["affinity_rounding"] = _power_rounding(L, power)
+            bad = bad or info["affinity_rounding"] > AFFINITY_ROUNDING_MAX
+        info["ill_posed"] = bool(info.get("ill_posed")) or bad
     np.maximum(L, 0.0, out=L)  # Z·(Z > 0): negative entries → 0
     if power in (2, 4, 8, 16):  # repeated squaring: 2-3x faster than pow (within 2 ulp)
         for _ in range(int(power).bit_length() - 1):
