@@ -380,7 +380,30 @@ def parse_args(argv=None):
         why = "a file, not a folder" if Path(args.coef).exists() else "no such folder"
         p.error(f"--coef {args.coef}: {why}; give the folder of the saved C's "
                 "(<dataset>.npy, from experiments/run.py --save-coef)")
+    if args.coef is not None:  # before the runs: a child would fail after its timings
+        for name in args.datasets:
+            if not (args.e2e and name == "mnist"):  # --e2e's C replaces that one
+                _check_coef_file(p, Path(args.coef) / f"{name}.npy", name)
     return args
+
+
+def _check_coef_file(p, path, name):
+    """``path`` (where it exists) must hold the n×n C of ``name``; read its header only."""
+    import numpy as np
+
+    from mesc_tf.config import get_config
+
+    if not path.exists():
+        return
+    n = get_config(name).n_samples
+    try:
+        shape = getattr(np.load(path, mmap_mode="r", allow_pickle=False), "shape", None)
+    except (OSError, ValueError, EOFError):  # not a .npy file (an .npz has no shape)
+        shape = None
+    if shape != (n, n):
+        what = "not a .npy array" if shape is None else f"shape {shape}, not ({n}, {n})"
+        p.error(f"--coef: {path} is not {name}'s C ({what}); save it with experiments/run.py "
+                f"--dataset {name} --save-coef, or remove it")
 
 
 def _child_argv(args):

@@ -412,6 +412,29 @@ def test_bench_option_lists_and_child_arguments(bench):
     assert "--no-original" not in bench._child_argv(bench.parse_args([]))
 
 
+def test_bench_checks_the_coef_files_before_the_runs(bench, tmp_path, capsys):
+    """A --coef file that is not the dataset's n×n C is refused in one line before any run
+    (the dataset's subprocess read it after its timings: a traceback for a file that is not a
+    .npy, an error naming no file for one of another shape); --e2e's MNIST C replaces the
+    folder's, so that one is not read."""
+    coefs = tmp_path / "coefs"
+    coefs.mkdir()
+    np.save(coefs / "orl.npy", np.eye(400, dtype=np.float32))  # ORL's shape: taken
+    assert bench.parse_args(["--datasets", "orl", "--coef", str(coefs)]).coef == str(coefs)
+    for content, name in ((b"junk", "coil20"), (b"", "coil20"), (np.eye(50), "coil20"),
+                          (np.eye(50), "mnist")):
+        path = coefs / f"{name}.npy"
+        path.write_bytes(content) if isinstance(content, bytes) else np.save(path, content)
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(["--datasets", f"orl,{name}", "--coef", str(coefs)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert f"{path} is not {name}'s C" in err and "--save-coef" in err, err
+        if name == "mnist":
+            assert bench.parse_args(["--datasets", "mnist", "--coef", str(coefs), "--e2e"]).e2e
+        path.unlink()
+
+
 def test_bench_end_to_end_passes_the_auto_encoder_and_epochs(bench, monkeypatch, tmp_path):
     from types import SimpleNamespace
 
@@ -499,7 +522,7 @@ def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monk
     monkeypatch.setattr(bench.subprocess, "run", run)
     coefs = tmp_path / "coefs"
     coefs.mkdir()
-    np.save(coefs / "orl.npy", np.eye(2, dtype=np.float32))
+    np.save(coefs / "orl.npy", np.eye(400, dtype=np.float32))  # ORL's n×n
     out = tmp_path / "bench.json"
     out.write_text("old")
     with pytest.raises(cli.MescError, match="bench.json already exists; .*--force"):
