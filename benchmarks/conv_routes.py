@@ -64,8 +64,6 @@ def parse_args(argv=None):
     if unknown or not args.datasets:
         p.error(f"--datasets: unknown {', '.join(unknown) or '(none given)'}; choose from "
                 f"{', '.join(DATASETS)}")
-    if args.json:  # before the work, not after
-        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     return args
 
 
@@ -283,6 +281,8 @@ def time_autoencoder(name, n, seed, repeats, jit):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     from mesc_tf.training import configure_runtime
 
     configure_runtime(deterministic=False)

@@ -54,8 +54,6 @@ def parse_args(argv=None):
         p.error("--settings: d must be >= 1 and the power > 0, e.g. 24:8,32:16")
     if not Path(args.coef).is_file():
         p.error(f"--coef: {args.coef} not found; save one with experiments/run.py --save-coef")
-    if args.json:  # before the work, not after
-        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     return args
 
 
@@ -77,6 +75,8 @@ def time_route(A, K, seed, lanczos):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
     try:
         C = np.load(args.coef, allow_pickle=False)
     except ValueError:

@@ -17,6 +17,21 @@ def _load(name):
     return load_script(f"benchmarks/{name}.py", name)
 
 
+def test_parse_args_makes_no_json_folder(tmp_path):
+    """parse_args only parses: --json's missing folders are made by main, before the work.
+    (test_documented_commands_parse left /tmp/s21 and /tmp/s34 behind, the folders of the
+    README's conv_routes.py --json commands.)"""
+    coef = tmp_path / "c.npy"
+    np.save(coef, np.eye(3, dtype=np.float32))
+    out = tmp_path / "new" / "deeper" / "r.json"
+    for name, argv in (("conv_routes", []),
+                       ("spectral_routes", ["--coef", str(coef), "--clusters", "2", "--thr",
+                                            "0.1"])):
+        mod = _load(name)
+        assert mod.parse_args([*argv, "--json", str(out)]).json == str(out)
+        assert not (tmp_path / "new").exists() and not mod.CLEANUP, name
+
+
 # ---- conv_routes.py ----------------------------------------------------------------------
 
 
