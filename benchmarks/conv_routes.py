@@ -58,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--jit", action="store_true", help="compile every timed route with XLA")
     p.add_argument("--seed", type=cli.seed_arg, default=0)
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     unknown = [d for d in args.datasets if d not in DATASETS]
@@ -282,7 +283,7 @@ def time_autoencoder(name, n, seed, repeats, jit):
 def main(argv=None):
     args = parse_args(argv)
     if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
-        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     from mesc_tf.training import configure_runtime
 
     configure_runtime(deterministic=False)

@@ -44,6 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--variant", default="mesc", choices=("mesc", "dsc", "dsc_diag"))
     p.add_argument("--seed", type=cli.seed_arg, default=0, help="seed of the spectral step")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
     try:
         args.settings = [(int(d), float(pw)) for d, pw in
@@ -76,7 +77,7 @@ def time_route(A, K, seed, lanczos):
 def main(argv=None):
     args = parse_args(argv)
     if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
-        CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
+        CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     try:
         C = np.load(args.coef, allow_pickle=False)
     except ValueError:

@@ -346,6 +346,7 @@ def parse_args(argv=None):
     t.add_argument("--warmup", type=cli.at_least(0), default=5)
     t.add_argument("--repeats", type=cli.at_least(1), default=50)
     t.add_argument("--json", help="write the report here (after each dataset)")
+    t.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
     parser = e if args.command == "export" else t
     if args.command == "export" and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -364,7 +365,7 @@ def parse_args(argv=None):
         except ImportError:  # before --json's folders are made: parser.error removes none
             parser.error("`time` needs JAX (pip install jax, or jax[cuda13] for a GPU)")
         if args.json:  # before compiling, not after
-            CLEANUP.extend(cli.prepare_out_file(args.json, force=True, what="--json file"))
+            CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     return args
 
 

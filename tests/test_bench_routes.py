@@ -32,6 +32,42 @@ def test_parse_args_makes_no_json_folder(tmp_path):
         assert not (tmp_path / "new").exists() and not mod.CLEANUP, name
 
 
+def test_an_existing_json_is_replaced_with_force_only(tmp_path, monkeypatch, capsys):
+    """As bench.py's: an existing --json file (a committed one, say) stops the run in one line
+    before the work, unless --force."""
+    import mesc_tf.training
+    from mesc_tf import cli
+    from mesc_tf.postcluster import fast as pc_fast
+
+    coef = tmp_path / "c.npy"
+    np.save(coef, _blocks_C())
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
+    # conv_routes' main turns op determinism off: not for the tests this worker runs next
+    monkeypatch.setattr(mesc_tf.training, "configure_runtime", lambda *a, **k: None)
+    out = tmp_path / "old.json"
+    for name, argv, work in (
+            ("conv_routes", ["--datasets", "orl"], "layer_cases"),
+            ("spectral_routes", ["--coef", str(coef), "--clusters", "5", "--thr", "0.2",
+                                 "--settings", "4:8"], "time_route")):
+        mod = _load(name)
+
+        class Worked(Exception):
+            pass
+
+        def worked(*a, **k):
+            raise Worked
+
+        monkeypatch.setattr(mod, work, worked)
+        out.write_text("old")
+        with pytest.raises(SystemExit) as e:
+            cli.main_guard(lambda: mod.main([*argv, "--json", str(out)]), mod.CLEANUP)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert "already exists" in err and "--force" in err and out.read_text() == "old", err
+        with pytest.raises(Worked):  # --force: on to the work
+            mod.main([*argv, "--json", str(out), "--force"])
+
+
 # ---- conv_routes.py ----------------------------------------------------------------------
 
 

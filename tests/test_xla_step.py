@@ -237,6 +237,26 @@ def test_time_options(xla_step, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_time_replaces_an_existing_json_with_force_only(xla_step, tmp_path, monkeypatch,
+                                                        capsys):
+    """As bench.py's --json: an existing report is refused in one line unless --force."""
+    import types
+
+    from mesc_tf import cli
+
+    (tmp_path / "orl.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))  # `import jax` works
+    out = tmp_path / "report.json"
+    out.write_text("old")
+    argv = ["time", "--dir", str(tmp_path), "--json", str(out)]
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: xla_step.parse_args(argv), xla_step.CLEANUP)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "already exists" in err, err
+    assert "--force" in err and out.read_text() == "old"
+    assert xla_step.parse_args([*argv, "--force"]).force
+
+
 def test_time_without_jax_writes_nothing(xla_step, tmp_path, monkeypatch):
     """Without JAX, `time` stops with one line before making --json's missing folders: that
     error (a SystemExit) is not one main_guard cleans up after."""
