@@ -54,7 +54,9 @@ def parse_args(argv=None):
     if not all(d >= 1 and pw > 0 for d, pw in args.settings):
         p.error("--settings: d must be >= 1 and the power > 0, e.g. 24:8,32:16")
     if not Path(args.coef).is_file():
-        p.error(f"--coef: {args.coef} not found; save one with experiments/run.py --save-coef")
+        why = "is a folder" if Path(args.coef).is_dir() else "not found"
+        p.error(f"--coef: {args.coef} {why}; give a .npy file saved by experiments/run.py "
+                "--save-coef")
     return args
 
 

@@ -339,6 +339,17 @@ def test_spectral_routes_main_figures_from_the_routes(tmp_path, monkeypatch):
     assert row["same_labels"] is False and row["ill_posed"] is True
 
 
+def test_spectral_routes_coef_folder_is_named_a_folder(tmp_path, capsys):
+    """--coef naming a folder says so (it said "not found", sending one to look for a
+    missing file)."""
+    mod = _load("spectral_routes")
+    with pytest.raises(SystemExit) as e:
+        mod.parse_args(["--coef", str(tmp_path), "--clusters", "2", "--thr", "0.1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert f"--coef: {tmp_path} is a folder; give a .npy file" in err, err
+
+
 def test_spectral_routes_refuses_what_it_cannot_compare(tmp_path, monkeypatch, capsys):
     """main stops with a message before timing anything: n = SI_LU_MAX_N (the large-n routes
     start above it), --clusters out of range, d = 0 in --settings, and an ill-determined
