@@ -115,9 +115,10 @@ def main(argv=None):
               f"{row['same_labels']}", flush=True)
     print(f"LANCZOS_MAX_PRODUCTS = {pc_fast.LANCZOS_MAX_PRODUCTS}")
     if args.json:
-        report = {"coef": str(args.coef), "rows": rows,
+        report = {"coef": str(args.coef), "clusters": args.clusters, "thr": args.thr,
+                  "variant": args.variant, "seed": args.seed, "rows": rows,
                   "lanczos_max_products": pc_fast.LANCZOS_MAX_PRODUCTS}
-        atomic_write_text(args.json, json.dumps(report, indent=1))
+        atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     return 0
 
 

@@ -334,7 +334,11 @@ def test_spectral_routes_main_figures_from_the_routes(tmp_path, monkeypatch):
                      "--settings", "4:8", "--variant", "dsc", "--seed", "9",
                      "--json", str(out)]) == 0
     assert calls == [(5, 9, True), (5, 9, False)] and variants == ["dsc"]
-    (row,) = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    # what the figures depend on besides C, so that a report says what was run
+    assert {k: report[k] for k in ("clusters", "thr", "variant", "seed")} == {
+        "clusters": 5, "thr": 0.2, "variant": "dsc", "seed": 9}
+    (row,) = report["rows"]
     assert row["break_even_products"] == pytest.approx(300.0)
     assert row["same_labels"] is False and row["ill_posed"] is True
 
