@@ -159,8 +159,11 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
 
 
 def export(args):
-    from mesc_tf.cli import writable_dir
+    from mesc_tf.cli import IfEmpty, writable_dir
 
+    # The folders made here go again if the export fails before writing into them.
+    CLEANUP.extend(IfEmpty(p) for p in (Path(args.out), *Path(args.out).parents)
+                   if not p.exists())
     out = writable_dir(args.out, "--out")
     for name in args.datasets:
         t = time.perf_counter()

@@ -237,6 +237,35 @@ def test_time_options(xla_step, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_failed_export_removes_the_folders_it_made_while_empty(xla_step, tmp_path,
+                                                              monkeypatch):
+    """An export that fails before writing (a bad data file) leaves no empty --out folder
+    behind; one that wrote a dataset's files keeps them (`time` reads a set once its .json
+    is there)."""
+    from mesc_tf import cli
+    from mesc_tf.errors import MescError
+
+    def bad_data(name, out, steps, seed):
+        raise MescError("cannot read the data")
+
+    monkeypatch.setattr(xla_step, "export_one", bad_data)
+    out = tmp_path / "new" / "deeper"
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: xla_step.main(["export", "--out", str(out), "--datasets", "orl"]),
+                       xla_step.CLEANUP)
+    assert e.value.code == 2 and list(tmp_path.iterdir()) == []
+
+    def half_written(name, out, steps, seed):
+        (out / f"{name}.hlo.pb").write_bytes(b"")
+        raise MescError("disk full")
+
+    monkeypatch.setattr(xla_step, "export_one", half_written)
+    with pytest.raises(SystemExit):
+        cli.main_guard(lambda: xla_step.main(["export", "--out", str(out), "--datasets", "orl"]),
+                       xla_step.CLEANUP)
+    assert [f.name for f in out.iterdir()] == ["orl.hlo.pb"]
+
+
 def test_time_replaces_an_existing_json_with_force_only(xla_step, tmp_path, monkeypatch,
                                                         capsys):
     """As bench.py's --json: an existing report is refused in one line unless --force."""
