@@ -60,7 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
-    args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    # case-blind as bench.py's; once each: the report keeps one entry per dataset
+    args.datasets = list(dict.fromkeys(d.strip().lower() for d in args.datasets.split(",")
+                                       if d.strip()))
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown or not args.datasets:
         p.error(f"--datasets: unknown {', '.join(unknown) or '(none given)'}; choose from "

@@ -256,6 +256,14 @@ def test_conv_routes_main_passes_options_and_sums_layers(tmp_path, monkeypatch):
     assert report["jit"] is True and report["repeats"] == 3
 
 
+def test_conv_routes_datasets_case_blind_and_once_each():
+    """--datasets ORL is orl (as in bench.py), and a name given twice runs once: the report
+    has one entry per dataset, so a second run replaced the first's figures there while both
+    were printed."""
+    mod = _load("conv_routes")
+    assert mod.parse_args(["--datasets", "ORL, coil20,orl"]).datasets == ["orl", "coil20"]
+
+
 def test_conv_routes_empty_datasets_is_one_line(capsys):
     """--datasets with no name in it stops with one line, as an unknown name does."""
     mod = _load("conv_routes")
