@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -419,6 +420,10 @@ def _child_argv(args):
 def main(argv=None):
     args = parse_args(argv)
     if args.one:
+        # A dataset's subprocess: Ctrl-C (or SIGTERM sent to the group) reaches the parent too,
+        # which kills this process and says in one line what was kept; two lines otherwise.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
     from mesc_tf import cli, memory, provenance

@@ -152,6 +152,41 @@ def _run_group(cmd, timeout):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def _ignores_sigint(pid):
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("SigIgn:")[1].split()[0], 16) & (1 << (signal.SIGINT - 1))
+
+
+def test_bench_interrupted_says_so_once(tmp_path):
+    """Ctrl-C reaches bench.py and its dataset's subprocess: one error line (each printed its
+    own, the same line twice), exit status 130, and no --json folder left."""
+    import time
+
+    out = tmp_path / "new" / "bench.json"
+    env = {**os.environ, "MESC_DATA_DIR": str(tmp_path / "no-data")}
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--datasets", "orl", "--jit",
+         "off", "--post", "fast", "--no-original", "--repeats", "100000", "--json", str(out)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline, child = time.monotonic() + 60, None
+        while time.monotonic() < deadline and not (child and _ignores_sigint(child)):
+            time.sleep(0.2)  # the fix: until the child ignores SIGINT; else 60 s, into its steps
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            child = children[0] if children else None
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 130 and len(errors) == 1, err[-2000:]
+    assert "interrupted" in errors[0] and "Traceback" not in err
+    assert not (tmp_path / "new").exists()
+
+
 def test_bench_bad_options_are_one_line(tmp_path):
     a_file = tmp_path / "orl.npy"
     a_file.write_bytes(b"")
