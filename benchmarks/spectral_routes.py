@@ -82,9 +82,11 @@ def main(argv=None):
         CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     try:
         C = np.load(args.coef, allow_pickle=False)
-    except ValueError:
+    except (ValueError, EOFError):  # EOFError: an empty file
+        C = None
+    if not isinstance(C, np.ndarray):  # an .npz archive is not one array
         raise MescError(f"--coef: {args.coef} is not a .npy array; save C with experiments/run.py "
-                        "--save-coef") from None
+                        "--save-coef")
     C = pc_checks.check_square(C, f"--coef {args.coef}")
     if C.shape[0] <= pc_fast.SI_LU_MAX_N:
         raise MescError(f"--coef {args.coef}: n = {C.shape[0]}, but the routes compared here run "

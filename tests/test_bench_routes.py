@@ -362,6 +362,19 @@ def test_spectral_routes_coef_folder_is_named_a_folder(tmp_path, capsys):
     assert f"--coef: {tmp_path} is a folder; give a .npy file" in err, err
 
 
+def test_spectral_routes_coef_not_an_array_is_one_error(tmp_path):
+    """An empty --coef file (a traceback: NumPy's EOFError) and an .npz archive (said to be
+    a C of shape (1,)) are "not a .npy array", as a text file is."""
+    from mesc_tf.errors import MescError
+
+    mod = _load("spectral_routes")
+    (tmp_path / "empty.npy").write_bytes(b"")
+    np.savez(tmp_path / "c.npz", c=_blocks_C())
+    for name in ("empty.npy", "c.npz"):
+        with pytest.raises(MescError, match=r"is not a \.npy array; save C"):
+            mod.main(["--coef", str(tmp_path / name), "--clusters", "5", "--thr", "0.2"])
+
+
 def test_spectral_routes_refuses_what_it_cannot_compare(tmp_path, monkeypatch, capsys):
     """main stops with a message before timing anything: n = SI_LU_MAX_N (the large-n routes
     start above it), --clusters out of range, d = 0 in --settings, and an ill-determined
