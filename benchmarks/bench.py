@@ -420,10 +420,11 @@ def _child_argv(args):
 def main(argv=None):
     args = parse_args(argv)
     if args.one:
-        # A dataset's subprocess: Ctrl-C (or SIGTERM sent to the group) reaches the parent too,
-        # which kills this process and says in one line what was kept; two lines otherwise.
+        # A dataset's subprocess: Ctrl-C reaches the parent too, which kills this process and
+        # says in one line what was kept (two lines otherwise). SIGTERM ends it without a line,
+        # so that a plain `kill` of this process still works.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
     from mesc_tf import cli, memory, provenance
