@@ -260,10 +260,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                             "images); leave kernels and channels out to use the file's")
 
     def _validate_images(self, X, n_clusters=None, image_shape=None, where="X", training=True,
-                         size_hint=None):
-        """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``; called from a
-        public method, so that the negative-pixel warning points at the caller's line.
-        ``size_hint``: validate_images' wording for images of another size."""
+                         size_hint=None, stacklevel=4):
+        """X as float32 (n, h, w, 1), reshaping 2-D rows with ``image_shape``; ``stacklevel``
+        (4: called from a public method; 5: from _fit) points the negative-pixel warning at the
+        caller's line. ``size_hint``: validate_images' wording for images of another size."""
         given = self._image_shape_param()
         X = _as_array(X, where)
         if X.ndim == 2:
@@ -280,7 +280,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             raise MescError(f"image_shape {given} differs from the auto-encoder's "
                             f"{tuple(image_shape)}; leave image_shape out or use matching weights")
         return validate_images(X, n_clusters=n_clusters, image_shape=image_shape or given,
-                               where=where, training=training, stacklevel=4,
+                               where=where, training=training, stacklevel=stacklevel,
                                size_hint=size_hint)
 
     # -----------------------------------------------------------------------------------------
@@ -293,6 +293,15 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         (the one ``weights`` was trained on, if given; [0, 1] works well otherwise), or
         (n, h·w) with ``image_shape``. ``y`` is ignored. Returns self.
         """
+        return self._fit(X)
+
+    def fit_predict(self, X, y=None):
+        """``fit(X)``, then ``labels_``. Its own (not ClusterMixin's, which calls ``fit``), so
+        that fit's warnings point at the caller's line here too."""
+        return self._fit(X).labels_
+
+    def _fit(self, X):
+        """fit, one frame below the public method (warnings' stacklevel counts on it)."""
         from mesc_tf import pipeline
         from mesc_tf.training import configure_runtime
 
@@ -308,11 +317,12 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             arch = self._architecture(None, weights)  # the one stored in the weights file
             eh, ew = arch.image_shape
             x = self._validate_images(
-                X, n_clusters=k, image_shape=arch.image_shape, size_hint=lambda h, w: (
+                X, n_clusters=k, image_shape=arch.image_shape, stacklevel=5,
+                size_hint=lambda h, w: (
                     f"the auto-encoder in {weights} was made for {eh}x{ew} images; give images "
                     f"of that size, or weights made for {h}x{w} images (None pretrains on X)"))
         else:
-            x = self._validate_images(X, n_clusters=k)
+            x = self._validate_images(X, n_clusters=k, stacklevel=5)
             arch = self._architecture(x.shape[1:3])
             if weights is not None:
                 self._check_weights_architecture(weights, arch)
@@ -341,7 +351,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                               post_method=self.post_method)
         note = pipeline.empty_clusters_note(result["postcluster"], k)
         if note:
-            warnings.warn(f"MESCClustering: {note}", MescWarning, stacklevel=2)
+            warnings.warn(f"MESCClustering: {note}", MescWarning, stacklevel=3)
 
         self.labels_ = np.asarray(result["labels"], dtype=np.int64)
         self.coef_ = np.asarray(result["coef"], dtype=np.float32)

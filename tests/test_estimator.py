@@ -341,6 +341,27 @@ def test_fit_warns_when_clusters_are_left_empty(images, monkeypatch):
     assert est.postcluster_info_["clusters_found"] == 2
 
 
+@pytest.mark.parametrize("method", ["fit", "fit_predict"])
+def test_fit_warnings_point_at_the_callers_line(images, monkeypatch, method):
+    """Negative pixels and empty clusters: both warnings name the line that called fit or
+    fit_predict (ClusterMixin's fit_predict, which calls fit, named sklearn/base.py)."""
+    real = pipeline.postcluster.cluster
+
+    def merge_two_clusters(*args, **kwargs):
+        labels, timings = real(*args, **kwargs)
+        return np.minimum(labels, 1), timings
+
+    monkeypatch.setattr(pipeline.postcluster, "cluster", merge_two_clusters)
+    est = MESCClustering(3, epochs=2, pretrain_steps=0, thr=0.2, subspace_dim=3, power=1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        getattr(est, method)(images[0] - 0.1)
+    where = {("negative" if "negative" in str(w.message) else "empty"): Path(w.filename).name
+             for w in caught if issubclass(w.category, mesc_tf.MescWarning)
+             and ("negative" in str(w.message) or "clusters empty" in str(w.message))}
+    assert where == {"negative": Path(__file__).name, "empty": Path(__file__).name}
+
+
 def test_random_state_none_draws_a_seed_from_numpy(images, monkeypatch):
     """None seeds from NumPy's global generator (scikit-learn's meaning), also where
     pretraining takes minibatches, whose order needs a seed."""
