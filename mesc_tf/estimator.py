@@ -279,6 +279,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if given is not None and image_shape is not None and given != tuple(image_shape):
             raise MescError(f"image_shape {given} differs from the auto-encoder's "
                             f"{tuple(image_shape)}; leave image_shape out or use matching weights")
+        if image_shape is None and given is not None and size_hint is None:
+            def size_hint(h, w):  # the parameter the user gave, not an "architecture"
+                return (f"image_shape is {given}; give images of that size, or "
+                        f"image_shape=({h}, {w}) or None (the images' own size)")
         return validate_images(X, n_clusters=n_clusters, image_shape=image_shape or given,
                                where=where, training=training, stacklevel=stacklevel,
                                size_hint=size_hint)

@@ -223,7 +223,9 @@ def bad_fits():
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
     yield "random_state", MESCClustering(2, random_state="seed"), x, "random_state"
     yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"
-    yield "image_shape", MESCClustering(2, image_shape=(8, 9)), x, "architecture expects 8x9"
+    yield ("image_shape", MESCClustering(2, image_shape=(8, 9)), x,
+           r"images are 8x8 but image_shape is \(8, 9\); give images of that size, or "
+           r"image_shape=\(8, 8\) or None")
     yield "weights file", MESCClustering(2, weights="/nonexistent/ae.h5"), x, "not found"
     yield "weights int", MESCClustering(2, weights=3), x, "weights must be the path .*got 3"
     yield "weights empty", MESCClustering(2, weights=""), x, "weights must be the path .*got ''"
