@@ -227,6 +227,10 @@ def autoencoder_with(arch: Architecture, weights, source):
 def check_autoencoder_file(path, arch: Architecture | None = None):
     """:func:`read_autoencoder_file`, and its architecture must equal ``arch`` if given.
     h5py only: scripts check a file with it before TensorFlow loads (and logs)."""
+    if arch is not None and not isinstance(arch, Architecture):  # its to_dict() below
+        raise MescError(f"arch must be a mesc_tf.config.Architecture or None, got "
+                        f"{type(arch).__name__} {arch!r}; build one with Architecture(image_shape, "
+                        "kernels, channels) or Architecture.from_dict, or leave it out")
     file_arch, metadata, weights = read_autoencoder_file(path)
     if arch is not None and file_arch != arch:
         raise MescError(f"{path} holds an auto-encoder for {file_arch.to_dict()} but this "

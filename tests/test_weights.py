@@ -70,6 +70,14 @@ def test_h5_other_architecture(saved):
     assert str(other.to_dict()) in msg and str(ARCH.to_dict()) in msg
 
 
+@pytest.mark.parametrize("arch", [(32, 32), ARCH.to_dict()], ids=["image shape", "dict"])
+def test_h5_arch_of_another_type_is_one_error(saved, arch):
+    """load_autoencoder(path, arch) with an image shape or a dict: one MescError, not the
+    AttributeError of its message's arch.to_dict()."""
+    expect_error("arch must be a mesc_tf.config.Architecture or None, got "
+                 f"{type(arch).__name__}", load_autoencoder, saved[1], arch)
+
+
 def test_h5_wrong_layer_shape(saved):
     _, path = saved
     with h5py.File(path, "a") as f:
