@@ -182,6 +182,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
             x = x.astype(np.float64)
         except (TypeError, ValueError):
             pass
+        except OverflowError:  # Python ints beyond float64's range
+            raise MescError(f"{where}: images hold values beyond float32's range (magnitude "
+                            "over 3.4e38); rescale them, e.g. to [0, 1]") from None
     if x.dtype.kind not in "biuf":
         raise MescError(
             f"{where}: images must be numbers, got dtype {x.dtype}; pass a numeric array"

@@ -309,6 +309,8 @@ def test_validate_images():
     expect_error("NaN", validate_images, np.full((2, 4, 5), np.inf))
     big = np.full((2, 4, 5), 1e300)  # finite in float64, inf in float32
     expect_error("beyond float32's range", validate_images, big)
+    huge = [[[10**400, 1]], [[1, 2]]]  # Python ints: an object array whose float64 overflows
+    expect_error("X: images hold values beyond float32's range", validate_images, huge, where="X")
     expect_error("2 images for 3 clusters", validate_images, x, n_clusters=3)
     expect_error("3 labels for 2 images", validate_images, x, y=[1, 2, 3])
     expect_error("1 distinct classes", validate_images, x, y=[1, 1], n_clusters=2)
