@@ -95,6 +95,9 @@ def save_autoencoder(autoencoder, path, metadata=None):
     import h5py
 
     path = as_path(path, "save_autoencoder's path")
+    if path.is_dir():  # else the whole file is written, then its rename fails
+        raise MescError(f"save_autoencoder's path {path} is a folder; give a file name, e.g. "
+                        f"{path / 'autoencoder.h5'}")
     layers = _saved_layers(autoencoder)
     if metadata is not None and not isinstance(metadata, dict):
         raise MescError(f"save_autoencoder's metadata must be a dict or None, got "

@@ -441,6 +441,7 @@ def test_h5_save_is_atomic(saved, monkeypatch):
     ("NaN weights", "NaN or infinite values"),
     ("path of another type", "path must be a path \\(a str or pathlib.Path\\), got int 5"),
     ("metadata not a dict", "metadata must be a dict or None, got list"),
+    ("path of a folder", "path .* is a folder; give a file name, e.g. .*autoencoder.h5"),
     ("metadata not JSON", "metadata cannot be written as JSON"),
 ])
 def test_save_autoencoder_refuses_bad_arguments_and_writes_nothing(tmp_path, case, match):
@@ -465,6 +466,8 @@ def test_save_autoencoder_refuses_bad_arguments_and_writes_nothing(tmp_path, cas
         layer.bias.assign(np.full(layer.bias.shape, np.nan, np.float32))
     elif case == "path of another type":
         args["path"] = 5
+    elif case == "path of a folder":
+        args["path"] = tmp_path
     elif case == "metadata not a dict":
         args["metadata"] = [1]
     else:
