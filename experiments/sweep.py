@@ -125,7 +125,8 @@ def main(argv=None):
     from mesc_tf.config import get_config, method_settings
     from mesc_tf.data import find_data_dir
 
-    if args.summary_only and not args.out.is_file():  # a mistyped name: nothing to summarize
+    # A mistyped name: nothing to summarize (records only in archive parts do count).
+    if args.summary_only and not args.out.is_file() and not sweep.archive_paths(args.out):
         from mesc_tf.errors import MescError
 
         raise MescError(f"no sweep results at {args.out} to summarize; give the --out FILE of "

@@ -1225,3 +1225,15 @@ def test_sweep_grid_adds_up_over_repeated_options():
     args = _script("sweep").parse_args(["--dataset", "toy", "--grid", "reg1=1,2",
                                         "--grid", "thr=0.1,0.2"])
     assert args.grid == {"reg1": [1.0, 2.0], "thr": [0.1, 0.2]}
+
+
+def test_summary_only_reads_a_results_file_archived_into_parts(tmp_path, capsys):
+    """--summary-only refused a file whose records were all archived (s.jsonl renamed to
+    s.part1.jsonl, as the README says to) with 'no sweep results', though a sweep counts them."""
+    out = tmp_path / "s.jsonl"
+    sweep.append_jsonl(out, _toy_rec("none", 0, 0.5, reg1=1.0))
+    out.rename(tmp_path / "s.part1.jsonl")
+    _script("sweep").main(["--dataset", "toy", "--summary-only", "--no-pretrain",
+                           "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.startswith("1 of the file's records") and "50.00" in printed
