@@ -245,6 +245,8 @@ def _parse_sets(p, items, scopes, fixed=()):
         if scope and scope not in scopes:
             p.error(f"--set {item}: unknown scope {scope!r} for this run; use one of "
                     f"{', '.join(scopes)}")
+        if any(s == (scope or None) and f == field for s, f, _ in out):  # not a silent last-wins
+            p.error(f"--set {item}: {key.strip()} is given twice; give each setting once")
         try:  # the same checks as the command line's options, before any output exists
             value = parse_value(field, raw)
         except MescError as e:

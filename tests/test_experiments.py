@@ -971,6 +971,19 @@ def test_a_scoped_set_beats_a_global_one_and_epochs_beats_both():
     assert (l1.reg1, our.reg1, l1.epochs, our.epochs) == (2.0, 5.0, 4, 4)
 
 
+def test_the_same_set_given_twice_is_refused(capsys):
+    """--set reg1=1 --set reg1=2 kept the last without a word (as --grid and --seeds refuse a
+    repeat); a scoped and a global one for the same field stay allowed (the scoped wins)."""
+    from experiments import confusion
+
+    for argv in (["--set", "reg1=1", "--set", "reg1=2"],
+                 ["--set", "dsc_l1.coef_init=0", "--set", "dsc_l1.coef-init=0"]):
+        with pytest.raises(SystemExit) as e:
+            confusion.parse_args(argv)
+        assert e.value.code == 2 and "is given twice" in capsys.readouterr().err
+    confusion.parse_args(["--set", "reg1=1", "--set", "dsc_l1.reg1=2"])
+
+
 def test_set_takes_a_field_spelt_with_hyphens_as_grid_does():
     """--set coef-init=... is --set coef_init=... (the options and --grid spell it so)."""
     from experiments import common, confusion
