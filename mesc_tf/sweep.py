@@ -184,9 +184,13 @@ def normalized(settings: Settings) -> dict:
 # The results file
 
 
+def _typed(settings: dict) -> dict:
+    """A record's settings with every value in its field's type (a file may hold 1 for 1.0)."""
+    return {k: FIELD_TYPES[k](settings[k]) for k in FIELD_TYPES}
+
+
 def trial_key(dataset: str, ae_ident: str, settings, seed: int) -> str:
-    s = settings if isinstance(settings, dict) else normalized(settings)
-    s = {k: FIELD_TYPES[k](s[k]) for k in FIELD_TYPES}
+    s = _typed(settings if isinstance(settings, dict) else normalized(settings))
     return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
                        "settings": s, "seed": int(seed)}, sort_keys=True)
 
@@ -708,9 +712,10 @@ def summarize(records, keys=None) -> list[dict]:
                 chosen[k] = r
     rows: dict[str, dict] = {}
     for r in chosen.values():
-        skey = json.dumps({"ae": autoencoder_hash(r["autoencoder_id"]), "s": r["settings"]},
+        settings = _typed(r["settings"])  # one row per setting, as record_key counts them
+        skey = json.dumps({"ae": autoencoder_hash(r["autoencoder_id"]), "s": settings},
                           sort_keys=True)
-        row = rows.setdefault(skey, {"settings": r["settings"], "autoencoder_id":
+        row = rows.setdefault(skey, {"settings": settings, "autoencoder_id":
                                      r["autoencoder_id"], "seeds": [], "acc": [], "nmi": [],
                                      "errors": 0, "train_s": r["timings"].get("train_s")})
         if r.get("error") or not r.get("metrics"):

@@ -1237,3 +1237,14 @@ def test_summary_only_reads_a_results_file_archived_into_parts(tmp_path, capsys)
                            "--out", str(out)])
     printed = capsys.readouterr().out
     assert printed.startswith("1 of the file's records") and "50.00" in printed
+
+
+def test_summary_counts_a_setting_once_however_its_numbers_are_spelt():
+    """A record may hold 1 for the float 1.0 (record_problem takes it; record_key reads it as
+    1.0), but summarize keyed its rows by the raw settings: one setting became two rows, each
+    with fewer seeds."""
+    records = [_rec(1.0, 0, 0.5), _rec(1.0, 1, 0.7)]
+    records[1]["settings"] = {**records[1]["settings"], "reg1": 1}
+    rows = sweep.summarize(records)
+    assert len(rows) == 1 and sorted(rows[0]["seeds"]) == [0, 1]
+    assert isinstance(rows[0]["settings"]["reg1"], float)
