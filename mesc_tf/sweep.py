@@ -279,6 +279,7 @@ def read_records(path) -> tuple[list[dict], list[tuple[Path, int]]]:
         except (OSError, UnicodeDecodeError) as e:
             raise MescError(f"cannot read the sweep results {source}: {e}; restore the file "
                             "(e.g. git checkout) or pass another --out") from e
+        first, bad = len(records), None  # bad: the first line that is not a trial record
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -291,9 +292,15 @@ def read_records(path) -> tuple[list[dict], list[tuple[Path, int]]]:
                     continue
                 problem = "not JSON"
             if problem:
-                raise MescError(f"{source} is not a file of sweep results (line {number}: "
-                                f"{problem}); pass another --out FILE")
-            records.append(rec)
+                bad = bad or (number, problem)
+            else:
+                records.append(rec)
+        if bad and len(records) > first:  # trial records and a bad line (an edit, a merge)
+            raise MescError(f"{source}, line {bad[0]}: not a trial record ({bad[1]}); fix or "
+                            "delete that line, or pass another --out FILE")
+        if bad:
+            raise MescError(f"{source} is not a file of sweep results (line {bad[0]}: "
+                            f"{bad[1]}); pass another --out FILE")
     return records, torn
 
 

@@ -781,17 +781,24 @@ def test_retry_errors_reruns_only_the_failed_trials():
     ({**_rec(1.0, 1, 0.5), "timings": None}, "timings is not an object"),
     ([1, 2], "not a JSON object")])
 def test_json_lines_that_are_not_trial_records_are_refused(tmp_path, line, problem):
-    """A line that parses as JSON but is not a record (keys missing, wrong types) means the file
-    is not a sweep's: one error naming the line, not a torn line skipped (the sweep would then
-    append to someone else's file) nor a KeyError in the summary."""
+    """A line that parses as JSON but is not a record (keys missing, wrong types): one error
+    naming the line, not a torn line skipped (the sweep would then append to someone else's
+    file) nor a KeyError in the summary. Without any trial record the file is not a sweep's;
+    beside records (an edit, a merge conflict's markers) it is that line to fix: the error said
+    'not a file of sweep results ... pass another --out FILE' of a file of results too."""
     out = tmp_path / "s.jsonl"
-    sweep.append_jsonl(out, _rec(1.0, 0, 0.5))
-    with open(out, "a") as f:
-        f.write(json.dumps(line) + "\n")
+    out.write_text(json.dumps(line) + "\n")
     with pytest.raises(MescError) as e:
         sweep.read_records(out)
-    assert str(e.value).startswith(f"{out} is not a file of sweep results (line 2: {problem}")
+    assert str(e.value).startswith(f"{out} is not a file of sweep results (line 1: {problem}")
     assert str(e.value).endswith("; pass another --out FILE") and "\n" not in str(e.value)
+    out.unlink()
+    for rec in (_rec(1.0, 0, 0.5), line, _rec(1.0, 1, 0.5)):
+        sweep.append_jsonl(out, rec)
+    with pytest.raises(MescError) as e:
+        sweep.read_records(out)
+    assert str(e.value).startswith(f"{out}, line 2: not a trial record ({problem}")
+    assert str(e.value).endswith("); fix or delete that line, or pass another --out FILE")
 
 
 def test_sweep_refuses_a_file_of_other_json_lines_and_leaves_it_alone(tmp_path):
