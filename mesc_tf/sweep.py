@@ -666,8 +666,6 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
 def training_memory(n, arch, n_snapshots):
     """Bytes one training of a group needs: a run's estimate plus 4n² for every snapshot of C
     (one per epochs value of the group) but one."""
-    from mesc_tf import memory
-
     return memory.memory_estimate(n, arch) + 4 * n * n * max(n_snapshots - 1, 0)
 
 
