@@ -144,9 +144,6 @@ def main(argv=None):
                 and sources.autoencoder_hash(r["autoencoder_id"]) == same]
         # Every seed recorded unless --seeds (the default seed 0 would hide the others).
         seeds = args.seeds if args.seeds_given else sorted({r["seed"] for r in mine})
-        print(f"{len(mine)} of the file's records come from {ae.describe()}; the summary "
-              f"covers seeds {sweep.seeds_text(seeds)}"
-              + ("" if args.seeds_given else " (every seed recorded)"))
         chosen = [r for r in mine if r["seed"] in set(seeds)
                   and (args.grid or not args.method_given or r.get("method") == args.method)]
         keys = None
@@ -154,7 +151,14 @@ def main(argv=None):
             settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
             keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
                     for s in settings for seed in seeds}
-        print(sweep.format_summary(sweep.summarize(chosen, keys), args.top, grid=args.grid))
+        rows = sweep.summarize(chosen, keys)
+        absent = set(seeds) - {s for r in rows for s in r["seeds"]}  # asked for, not in any row
+        print(f"{len(mine)} of the file's records come from {ae.describe()}; the summary "
+              f"covers seeds {sweep.seeds_text(seeds)}"
+              + ("" if args.seeds_given else " (every seed recorded)")
+              + (f"; seeds without a finished trial: {sweep.seeds_text(absent)}"
+                 if absent and rows else ""))
+        print(sweep.format_summary(rows, args.top, grid=args.grid))
         return 0
 
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)

@@ -1255,3 +1255,17 @@ def test_summary_counts_a_setting_once_however_its_numbers_are_spelt():
     rows = sweep.summarize(records)
     assert len(rows) == 1 and sorted(rows[0]["seeds"]) == [0, 1]
     assert isinstance(rows[0]["settings"]["reg1"], float)
+
+
+def test_summary_only_says_which_asked_for_seeds_no_trial_has(tmp_path, capsys):
+    """--summary-only --seeds 0-4 over trials of seeds 0-2 said 'the summary covers seeds 0-4'
+    above rows of 3 seeds each: the header now names the seeds no finished trial has."""
+    out = tmp_path / "s.jsonl"
+    for seed in range(3):
+        sweep.append_jsonl(out, _toy_rec("none", seed, 0.5, reg1=1.0))
+    argv = ["--dataset", "toy", "--summary-only", "--no-pretrain", "--out", str(out)]
+    _script("sweep").main([*argv, "--seeds", "0-4"])
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith("covers seeds 0-4; seeds without a finished trial: 3-4")
+    _script("sweep").main([*argv, "--seeds", "0-2"])
+    assert capsys.readouterr().out.splitlines()[0].endswith("covers seeds 0-2")
