@@ -134,36 +134,11 @@ def main(argv=None):
     records, torn = sweep.read_records(args.out)
     for note in sweep.torn_notes(torn):
         print(note)
-    if args.summary_only:
-        # The records of this auto-encoder only (a file holds many): the same file counts
-        # whether it was named by --weights or taken as the default.
-        ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
-                                         args.no_pretrain, arch=get_config(args.dataset).arch)
-        same = sources.autoencoder_hash(ae.ident)
-        mine = [r for r in records if r["dataset"] == args.dataset
-                and sources.autoencoder_hash(r["autoencoder_id"]) == same]
-        # Every seed recorded unless --seeds (the default seed 0 would hide the others).
-        seeds = args.seeds if args.seeds_given else sorted({r["seed"] for r in mine})
-        chosen = [r for r in mine if r["seed"] in set(seeds)
-                  and (args.grid or not args.method_given or r.get("method") == args.method)]
-        keys = None
-        if args.grid:
-            settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
-            keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
-                    for s in settings for seed in seeds}
-        rows = sweep.summarize(chosen, keys)
-        absent = set(seeds) - {s for r in rows for s in r["seeds"]}  # asked for, not in any row
-        print(f"{len(mine)} of the file's records come from {ae.describe()}; the summary "
-              f"covers seeds {sweep.seeds_text(seeds)}"
-              + ("" if args.seeds_given else " (every seed recorded)")
-              + (f"; seeds without a finished trial: {sweep.seeds_text(absent)}"
-                 if absent and rows else ""))
-        print(sweep.format_summary(rows, args.top, grid=args.grid))
-        return 0
-
     settings = sweep.expand_grid(method_settings(args.dataset, args.method), args.grid)
     ae = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
                                      args.no_pretrain, arch=get_config(args.dataset).arch)
+    if args.summary_only:
+        return _summarize_file(args, records, ae, settings)
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)
@@ -195,13 +170,41 @@ def main(argv=None):
                   f"{len(recs)} trials ({failed} failed), {best}; "
                   f"{time.perf_counter() - start:.0f} s elapsed", flush=True)
     records, _ = sweep.read_records(args.out)
-    keys = {sweep.trial_key(args.dataset, ae.ident, s, seed)
-            for s in settings for seed in args.seeds}
-    rows = sweep.summarize(records, keys)
+    rows = sweep.summarize(records, _trial_keys(args.dataset, ae, settings, args.seeds))
     print(f"\nbest settings by median ACC over seeds {args.seeds} (ACC/NMI in %; {args.out}):")
     print(sweep.format_summary(rows, args.top, grid=args.grid))
     return 0
 
+
+def _summarize_file(args, records, ae, settings):
+    """--summary-only: rank the file's trials of --dataset and this auto-encoder (the same file
+    counts whether it was named by --weights or taken as the default), of the grid's
+    ``settings`` if --grid is given, over every recorded seed unless --seeds."""
+    from mesc_tf import sweep
+
+    same = sources.autoencoder_hash(ae.ident)
+    mine = [r for r in records if r["dataset"] == args.dataset
+            and sources.autoencoder_hash(r["autoencoder_id"]) == same]
+    # Every seed recorded unless --seeds (the default seed 0 would hide the others).
+    seeds = args.seeds if args.seeds_given else sorted({r["seed"] for r in mine})
+    chosen = [r for r in mine if r["seed"] in set(seeds)
+              and (args.grid or not args.method_given or r.get("method") == args.method)]
+    keys = _trial_keys(args.dataset, ae, settings, seeds) if args.grid else None
+    rows = sweep.summarize(chosen, keys)
+    absent = set(seeds) - {s for r in rows for s in r["seeds"]}  # asked for, not in any row
+    print(f"{len(mine)} of the file's records come from {ae.describe()}; the summary "
+          f"covers seeds {sweep.seeds_text(seeds)}"
+          + ("" if args.seeds_given else " (every seed recorded)")
+          + (f"; seeds without a finished trial: {sweep.seeds_text(absent)}"
+             if absent and rows else ""))
+    print(sweep.format_summary(rows, args.top, grid=args.grid))
+    return 0
+
+
+def _trial_keys(dataset, ae, settings, seeds) -> set[str]:
+    from mesc_tf import sweep
+
+    return {sweep.trial_key(dataset, ae.ident, s, seed) for s in settings for seed in seeds}
 
 if __name__ == "__main__":
     cli.main_guard(main, interrupted=lambda: "interrupted; finished trials are kept in the "
