@@ -722,7 +722,7 @@ def summarize(records, keys=None) -> list[dict]:
                           sort_keys=True)
         row = rows.setdefault(skey, {"settings": settings, "autoencoder_id":
                                      r["autoencoder_id"], "seeds": [], "acc": [], "nmi": [],
-                                     "errors": 0, "train_s": r["timings"].get("train_s")})
+                                     "errors": 0})
         if r.get("error") or not r.get("metrics"):
             row["errors"] += 1
             continue
