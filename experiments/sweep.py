@@ -206,6 +206,7 @@ def _trial_keys(dataset, ae, settings, seeds) -> set[str]:
 
     return {sweep.trial_key(dataset, ae.ident, s, seed) for s in settings for seed in seeds}
 
+
 if __name__ == "__main__":
     cli.main_guard(main, interrupted=lambda: "interrupted; finished trials are kept in the "
                    "results file: rerun the same command to run the others")
