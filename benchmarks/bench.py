@@ -281,7 +281,10 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
     if epochs is not None:
         cmd += ["--epochs", str(epochs)]
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd)
+    # In a session of its own: Ctrl-C or SIGTERM to the group reaches bench.py only, which
+    # kills run.py below and says what the benchmark kept (run.py's own line would say what a
+    # training run keeps, which is not the benchmark's).
+    proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM: run.py must not go on training alone

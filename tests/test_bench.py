@@ -189,6 +189,53 @@ def test_bench_interrupted_says_so_once(tmp_path, sig, status):
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_bench_end_to_end_interrupted_says_so_once(tmp_path, sig, status):
+    """Ctrl-C (or SIGTERM to the group) while --e2e's run.py works: one error line, bench.py's
+    (what the benchmark kept), not also run.py's own ("nothing was kept: rerun ... with
+    --checkpoint-every"), which says nothing about the benchmark. A stand-in run.py with
+    run.py's Ctrl-C handling stands in for the real one (minutes of MNIST)."""
+    import time
+
+    ready = tmp_path / "ready"
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "run.py").write_text(
+        f"import pathlib, sys, time\nsys.path.insert(0, {str(REPO)!r})\n"
+        "from mesc_tf import cli\n"
+        f"def main():\n    pathlib.Path({str(ready)!r}).write_text('')\n    time.sleep(60)\n"
+        "cli.main_guard(main, interrupted=lambda: cli.training_interrupted(None))\n")
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "from pathlib import Path\nfrom scripts import load_script\nfrom mesc_tf import cli\n"
+        "bench = load_script('benchmarks/bench.py', 'bench')\n"
+        f"bench.ROOT = Path({str(tmp_path)!r})\n"
+        "bench.autoencoder_source = lambda name: {'dataset': name}\n"
+        # bench.py kills run.py at once: a second late, so that a run.py that got the signal
+        # too has printed its line by then (a race otherwise)
+        "import subprocess, time\nclass Popen(subprocess.Popen):\n    def kill(self):\n"
+        "        time.sleep(1)\n        super().kill()\nsubprocess.Popen = Popen\n"
+        f"cli.main_guard(lambda: bench.end_to_end('mnist', 1, Path({str(tmp_path)!r}) / 'c.npy',"
+        f" Path({str(tmp_path)!r}) / 'e2e'), interrupted=lambda: 'interrupted; bench kept')\n")
+    proc = subprocess.Popen(
+        [sys.executable, str(driver)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ready.exists() and proc.poll() is None:
+            time.sleep(0.1)
+        assert ready.exists(), "the stand-in run.py did not start"
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == status and errors == ["error: interrupted; bench kept"], err[-2000:]
+
+
 def test_bench_bad_options_are_one_line(tmp_path):
     a_file = tmp_path / "orl.npy"
     a_file.write_bytes(b"")
@@ -477,7 +524,7 @@ def test_bench_end_to_end_passes_the_auto_encoder_and_epochs(bench, monkeypatch,
 
     launched = []
 
-    def popen(cmd):
+    def popen(cmd, **kwargs):
         launched.append(cmd)
         return SimpleNamespace(pid=12345)
 
@@ -504,7 +551,7 @@ def test_bench_end_to_end_interrupted_kills_its_run(bench, monkeypatch, tmp_path
     started = []
     real_popen = subprocess.Popen
 
-    def popen(cmd):
+    def popen(cmd, **kwargs):
         started.append(real_popen([sys.executable, "-c", "import time; time.sleep(60)"]))
         return started[-1]
 
