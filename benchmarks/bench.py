@@ -306,7 +306,8 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
 
 def table(results):
     """One line per dataset: step times (ours with XLA off and on, released graph, floor,
-    auto-encoder), post-clustering, RSS. The ratios take ours with XLA off, the default."""
+    auto-encoder), post-clustering, RSS. The ratios take ours with XLA off, the default. A
+    dataset that ran on random images (its files not found) is starred, with a note below."""
     head = (f"{'dataset':8}{'n':>6} {'ours ms off/on':>15} {'orig ms':>8} {'ratio':>6} "
             f"{'floor ms':>8} {'/floor':>6} {'AE ms':>7}  {'post fast s thrC/SVD/spec':>27}  "
             f"{'strict s':>8} {'ref s':>7} {'same':>5} {'RSS GiB':>7}")
@@ -319,6 +320,7 @@ def table(results):
         if "error" in r:
             lines.append(f"{r['dataset']:8}error: {r['error']}")
             continue
+        name = r["dataset"] + ("*" if r.get("data") == "random" else "")
         ours = r["step_ms"][r["ratio_mode"]]
         steps = "/".join(f(r["step_ms"].get(m), ".1f") for m in ("off", "on"))
         orig, fl = r.get("original_step_ms"), r.get("floor_ms")
@@ -327,12 +329,15 @@ def table(results):
                     f"{fast['spectral_s']:.2f}") if fast else "-"
         same = r.get("labels_fast_equal_reference")
         lines.append(
-            f"{r['dataset']:8}{r['n']:>6} {steps:>15} {f(orig, '.1f'):>8} "
+            f"{name:8}{r['n']:>6} {steps:>15} {f(orig, '.1f'):>8} "
             f"{f(ours / orig if orig else None, '.2f'):>6} {f(fl, '.1f'):>8} "
             f"{f(ours / fl if fl else None, '.2f'):>6} {f(r.get('autoencoder_ms'), '.1f'):>7}  "
             f"{fast_txt:>27}  "
             f"{f(strict and strict['total_s'], '.2f'):>8} {f(ref and ref['total_s'], '.2f'):>7} "
             f"{'-' if same is None else 'yes' if same else 'no':>5} {r['peak_rss_gib']:>7.2f}")
+    if any(r.get("data") == "random" for r in results):
+        lines.append("* random images of the dataset's shape (its files were not found): the "
+                     "step times hold, the post-clustering is of a C fitted to noise")
     return "\n".join(lines)
 
 

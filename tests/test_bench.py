@@ -475,6 +475,17 @@ def test_bench_table_ratios_take_xla_off(bench):
     assert lines[2].split() == ["coil20", "error:", "exit", "status", "2"]
 
 
+def test_bench_table_marks_random_data(bench):
+    """A dataset whose files were not found ran on random images ("data": "random"): the
+    printed table says so, on its row and in a note below; real data gets neither."""
+    res = {"dataset": "orl", "n": 400, "data": "random", "step_ms": {"off": 40.0},
+           "ratio_mode": "off", "post": {}, "peak_rss_gib": 1.5}
+    lines = bench.table([res, {**res, "dataset": "coil20", "data": "real"}]).splitlines()
+    assert lines[1].split()[0] == "orl*" and lines[2].split()[0] == "coil20"
+    assert lines[3].startswith("* random images") and len(lines) == 4
+    assert "*" not in bench.table([{**res, "data": "real"}])
+
+
 def test_bench_option_lists_and_child_arguments(bench):
     """Comma lists are case-blind and must name something; a dataset's subprocess gets the
     seed, --warmup 0 and --no-original."""
