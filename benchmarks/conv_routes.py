@@ -286,10 +286,15 @@ def main(argv=None):
     args = parse_args(argv)
     if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
         CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
+    from mesc_tf import provenance
     from mesc_tf.training import configure_runtime
 
     configure_runtime(deterministic=False)
-    report = {"jit": args.jit, "repeats": args.repeats, "datasets": {}}
+    given = argv if argv is not None else sys.argv[1:]
+    # What bench.py's report records of the run: the command, the machine, the versions.
+    report = {"command": " ".join(["benchmarks/conv_routes.py", *given]),
+              "machine": provenance.machine(), "jit": args.jit, "repeats": args.repeats,
+              "seed": args.seed, "datasets": {}}
     print("layer | input → output | Keras ms | stride-1 ms | col2im ms | stride-1 ÷ Keras | "
           "col2im ÷ Keras | max rel. diff")
     for name in args.datasets:
@@ -320,6 +325,7 @@ def main(argv=None):
                                     "autoencoder_keras_ms": ae_times["keras"],
                                     "autoencoder_col2im_output_ms": ae_times["col2im_output"],
                                     "autoencoder_max_rel_diff": ae_rel}
+    report["versions"] = provenance.versions()
     if args.json:
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     return 0

@@ -241,9 +241,13 @@ def test_conv_routes_main_passes_options_and_sums_layers(tmp_path, monkeypatch):
     import mesc_tf.training  # op determinism stays on for the tests this worker runs next
 
     monkeypatch.setattr(mesc_tf.training, "configure_runtime", lambda *a, **k: None)
+    from mesc_tf import provenance  # what bench.py records, from the same helper
+
+    monkeypatch.setattr(provenance, "machine", lambda: {"cores": 2})
+    monkeypatch.setattr(provenance, "versions", lambda: {"mesc_tf": "x"})
     out = tmp_path / "conv.json"
-    assert mod.main(["--datasets", "orl", "--seed", "7", "--jit", "--repeats", "3",
-                     "--json", str(out)]) == 0
+    argv = ["--datasets", "orl", "--seed", "7", "--jit", "--repeats", "3", "--json", str(out)]
+    assert mod.main(argv) == 0
     assert seen == [("cases", "orl", 400, 7)] + [("layer", 3, True)] * 3 + [
         ("ae", "orl", 400, 7, 3, True)]
     report = json.loads(out.read_text())
@@ -253,7 +257,9 @@ def test_conv_routes_main_passes_options_and_sums_layers(tmp_path, monkeypatch):
     assert orl["keras_ms"] == 9.0 and orl["stride1_ms"] == 90.0 and orl["n"] == 400
     assert orl["autoencoder_keras_ms"] == 3.0 and orl["autoencoder_col2im_output_ms"] == 2.0
     assert orl["autoencoder_max_rel_diff"] == 2e-7
-    assert report["jit"] is True and report["repeats"] == 3
+    assert report["jit"] is True and report["repeats"] == 3 and report["seed"] == 7
+    assert report["command"] == " ".join(["benchmarks/conv_routes.py", *argv])
+    assert report["machine"] == {"cores": 2} and report["versions"] == {"mesc_tf": "x"}
 
 
 def test_conv_routes_datasets_case_blind_and_once_each():
