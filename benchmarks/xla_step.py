@@ -365,10 +365,8 @@ def parse_args(argv=None):
         args.datasets = names
         try:
             import jax  # noqa: F401
-        except ImportError:  # before --json's folders are made: parser.error removes none
+        except ImportError:
             parser.error("`time` needs JAX (pip install jax, or jax[cuda13] for a GPU)")
-        if args.json:  # before compiling, not after
-            CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     return args
 
 
@@ -378,6 +376,10 @@ def main(argv=None):
     if args.command == "export":
         export(args)
     else:
+        from mesc_tf import cli
+
+        if args.json:  # before compiling, not after (nor in parse_args: a parse makes nothing)
+            CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
         time_all(args)
 
 

@@ -217,11 +217,14 @@ def test_time_all_writes_the_report_after_each_dataset(xla_step, tmp_path, monke
     assert (report["warmup"], report["repeats"]) == (2, 3) and x64 == [True, True]
 
 
-def test_time_options(xla_step, tmp_path):
+def test_time_options(xla_step, tmp_path, monkeypatch):
     """`time` defaults to every dataset exported in --dir (in the known order), refuses
-    --repeats 0 (no step to take the median of), and a --json in a new folder registers that
-    folder for removal should the run fail (main_guard removes it)."""
-    pytest.importorskip("jax")
+    --repeats 0 (no step to take the median of); parsing makes no --json folder: main makes
+    it, before the timing, and registers it for removal should the run fail (main_guard
+    removes it). A stand-in JAX module: this runs where JAX is not installed too."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))  # `import jax` works
     for name in ("mnist", "orl"):
         (tmp_path / f"{name}.json").write_text("{}")
     assert xla_step.parse_args(["time", "--dir", str(tmp_path)]).datasets == ["orl", "mnist"]
@@ -229,8 +232,13 @@ def test_time_options(xla_step, tmp_path):
         xla_step.parse_args(["time", "--dir", str(tmp_path), "--repeats", "0"])
     assert e.value.code == 2
     new = tmp_path / "new" / "deeper"
-    args = xla_step.parse_args(["time", "--dir", str(tmp_path), "--json", str(new / "r.json")])
-    assert args.datasets == ["orl", "mnist"] and new.is_dir()
+    argv = ["time", "--dir", str(tmp_path), "--json", str(new / "r.json")]
+    assert xla_step.parse_args(argv).datasets == ["orl", "mnist"]
+    assert not (tmp_path / "new").exists() and not xla_step.CLEANUP
+    timed = []
+    monkeypatch.setattr(xla_step, "time_all", lambda args: timed.append(new.is_dir()))
+    xla_step.main(argv)
+    assert timed == [True]
     from mesc_tf import cli
 
     cli._remove(xla_step.CLEANUP)  # what main_guard does when the run fails
@@ -278,12 +286,15 @@ def test_time_replaces_an_existing_json_with_force_only(xla_step, tmp_path, monk
     out = tmp_path / "report.json"
     out.write_text("old")
     argv = ["time", "--dir", str(tmp_path), "--json", str(out)]
+    timed = []
+    monkeypatch.setattr(xla_step, "time_all", timed.append)
     with pytest.raises(SystemExit) as e:
-        cli.main_guard(lambda: xla_step.parse_args(argv), xla_step.CLEANUP)
+        cli.main_guard(lambda: xla_step.main(argv), xla_step.CLEANUP)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "already exists" in err, err
-    assert "--force" in err and out.read_text() == "old"
-    assert xla_step.parse_args([*argv, "--force"]).force
+    assert "--force" in err and out.read_text() == "old" and not timed
+    xla_step.main([*argv, "--force"])
+    assert timed[0].force
 
 
 def test_time_without_jax_writes_nothing(xla_step, tmp_path, monkeypatch):
