@@ -57,7 +57,9 @@ def parse_args(argv=None):
     p.add_argument("--coupled-settings", choices=("our_wo_net", "our"), default="our_wo_net",
                    help="settings of the coupled ME rows 3 and 4: Our w/o Net's (default, as the "
                         "paper's row 3) or MESC-Net's on the coupled graph")
-    args = common.finish_args(p, p.parse_args(argv), scopes=[f"row{i}" for i in ROWS])
+    args = p.parse_args(argv)
+    # --set may address the rows chosen: for another one it would change nothing.
+    args = common.finish_args(p, args, scopes=[f"row{i}" for i in sorted(set(args.rows))])
     if args.no_pretrain:
         p.error("the ablation has its own non-pretrained rows; give the pretrained auto-encoder "
                 "with --weights/--tf1-checkpoint (or the default pretrained/<dataset>.h5)")

@@ -259,6 +259,9 @@ def test_confusion_counts():
     ("tsne", ["--set", "reg1=abc"], "is not a number"),
     ("ablation", ["--set", "row1.lr=0"], "(--lr) must be a finite number > 0"),
     ("ablation", ["--set", "row1.lr=inf"], "lr value 'inf' must be finite"),
+    # A row not in --rows: its --set would change nothing. (--out: nothing runs if it passed.)
+    ("ablation", ["--rows", "1", "2", "--set", "row5.lr=1e-3", "--out", "/dev/null/a"],
+     "unknown scope 'row5' for this run; use one of row1, row2"),
     ("convergence", ["--set", "epochs=1.5"], "takes whole numbers"),
     ("convergence", ["--set", "subspace_dim=inf"], "must be finite"),
     ("sensitivity", ["--set", "our.reg2=7"], "sets reg2 itself"),
