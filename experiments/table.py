@@ -15,10 +15,10 @@ seed the spectral clustering of that C. Writes, in --out (default experiments/re
 * main_table.md: mean ± std and median per cell beside the paper's reported ACC/NMI, the
   total time and the machine.
 
-Resumable: a finished cell whose settings, seeds and auto-encoder are unchanged is kept when
-the command is rerun (pass --force to recompute it). --max-epochs N caps every method's
-fine-tuning steps for SMOKE TESTS only; the cells whose steps it lowered are flagged in both
-files.
+Resumable: a finished cell whose settings, seeds (in any order) and auto-encoder are unchanged
+is kept when the command is rerun (pass --force to recompute it). --max-epochs N caps every
+method's fine-tuning steps for SMOKE TESTS only; the cells whose steps it lowered are flagged
+in both files.
 """
 
 import datetime
@@ -234,13 +234,16 @@ def make_cell(res, ae, settings, seeds, args, max_epochs=None):
 
 
 def cell_is_current(cell, settings, seeds, ae, max_epochs=None):
-    """Whether a finished cell answers this request: same settings, seeds and auto-encoder (by
+    """Whether a finished cell answers this request: same settings, seeds (in any order: each
+    seed's clustering depends on it alone; the cell keeps its own order) and auto-encoder (by
     content: sources.autoencoder_hash), and a smoke cell (--max-epochs) only for a smoke request
     with the same cap."""
     from mesc_tf import sweep
 
+    asked = cell.get("seeds_requested") if isinstance(cell, dict) else None
     return (isinstance(cell, dict) and cell.get("settings") == sweep.normalized(settings)
-            and cell.get("seeds_requested") == list(seeds)
+            and isinstance(asked, list) and all(type(s) is int for s in asked)
+            and sorted(asked) == sorted(seeds)
             and sources.autoencoder_hash(str(cell.get("autoencoder_id"))) ==
             sources.autoencoder_hash(ae.ident)
             and cell.get("max_epochs") == max_epochs)

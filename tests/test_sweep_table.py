@@ -949,6 +949,19 @@ def test_table_cell_is_recomputed_when_its_settings_or_seeds_change():
     assert table.cell_is_current(cell, s, [0, 1], ae)
     assert not table.cell_is_current(cell, s.replace(reg1=s.reg1 * 2), [0, 1], ae)
     assert not table.cell_is_current(cell, s, [0, 1, 2], ae)
+    assert not table.cell_is_current(cell, s, [0], ae)
+
+
+def test_table_cell_answers_its_seeds_in_any_order():
+    """Each seed's clustering depends on that seed alone (one fine-tuning; trials run sorted),
+    so --seeds 1,0 is answered by the cell of --seeds 0,1: kept, as it is, not recomputed."""
+    table = _script("table")
+    ae = sources.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    s = method_settings("toy", "our")
+    cell = {"settings": sweep.normalized(s), "seeds_requested": [0, 1, 2],
+            "autoencoder_id": ae.ident, "max_epochs": None}
+    assert table.cell_is_current(cell, s, [2, 1, 0], ae)
+    assert table.cell_is_current(cell, s, [1, 0, 2], ae)
 
 
 def test_table_md_median_tick_total_time_and_failed_seeds():
