@@ -484,11 +484,13 @@ def release():
 
 
 def mean_std(values):
-    """Mean and sample standard deviation (ddof 1, as main_table.md); std None for one value."""
-    a = np.asarray([v for v in values if v is not None], np.float64)
-    if a.size == 0:
+    """Mean and sample standard deviation (ddof 1; std None for one value) of the values that
+    are not None, by sweep.stats (as main_table.md and the sweeps); (None, None) for none."""
+    kept = [v for v in values if v is not None]
+    if not kept:
         return None, None
-    return float(a.mean()), (float(a.std(ddof=1)) if a.size > 1 else None)
+    st = sweep.stats(kept)
+    return st["mean"], st["std"]
 
 
 def pm(mean, std, scale=100.0, digits=2):
