@@ -11,6 +11,7 @@ TF1 checkpoints (reference-facts §1.3, pitfall 11): kernels are ``enc_w{i}`` / 
 … in creation order, encoder first. Both kernel layouts are Keras' own: no flip, no transpose.
 """
 
+import errno
 import json
 import os
 import re
@@ -83,6 +84,10 @@ def _open_h5(path):
     try:
         return h5py.File(path, "r")
     except OSError as e:
+        if (isinstance(e, PermissionError) or e.errno in (errno.EACCES, errno.EPERM)
+                or not os.access(path, os.R_OK)):  # not the file's fault: do not re-create it
+            raise MescError(f"cannot read auto-encoder file {path}: permission denied; make it "
+                            "readable to this user, or give another file") from None
         raise MescError(f"cannot read auto-encoder file {path} ({e}); it is not a valid .h5 "
                         "file: re-create it with experiments/pretrain.py (a Keras .keras file "
                         "loads with keras.models.load_model)") from None

@@ -94,6 +94,26 @@ def test_h5_missing_layer(saved):
     expect_error("needs .*dec_2", load_autoencoder, path, ARCH)
 
 
+@pytest.mark.parametrize("error,readable", [
+    (PermissionError(13, "Unable to synchronously open file (errno = 13, 'Permission denied')"),
+     True),
+    (OSError(1, "Unable to synchronously open file (errno = 1, 'Operation not permitted')"), True),
+    (OSError("Unable to synchronously open file (file signature not found)"), False)])
+def test_h5_unreadable_file_is_not_called_invalid(saved, monkeypatch, error, readable):
+    """A file h5py may not open (permission denied: its errno, or a file this process may not
+    read) says so, not "not a valid .h5 file: re-create it" (as root, chmod denies nothing:
+    h5py.File and os.access stand in)."""
+    _, path = saved
+
+    def denied(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(h5py, "File", denied)
+    monkeypatch.setattr(os, "access", lambda p, mode: readable)
+    message = expect_error("permission denied", load_autoencoder, path, ARCH)
+    assert str(path) in message and "not a valid" not in message and "re-create" not in message
+
+
 def test_h5_bad_files(tmp_path):
     garbage = tmp_path / "garbage.h5"
     garbage.write_bytes(b"\x00\x01not an hdf5 file at all" * 20)
