@@ -271,6 +271,13 @@ def one_dataset(name, args):
     return res
 
 
+def _ignore_interrupts():
+    """In the child, before exec: SIGINT and SIGTERM ignored (Python and main_guard keep an
+    inherited SIG_IGN)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def end_to_end(dataset, epochs, coef_path, out_dir):
     """experiments/run.py on the whole dataset in a subprocess; its peak RSS, timings, metrics."""
     src = autoencoder_source(dataset)
@@ -281,10 +288,10 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
     if epochs is not None:
         cmd += ["--epochs", str(epochs)]
     t = time.perf_counter()
-    # In a session of its own: Ctrl-C or SIGTERM to the group reaches bench.py only, which
-    # kills run.py below and says what the benchmark kept (run.py's own line would say what a
-    # training run keeps, which is not the benchmark's).
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    # run.py ignores Ctrl-C and SIGTERM: bench.py, which gets them too, kills it below and says
+    # what the benchmark kept (run.py's own line would say what a training run keeps). It stays
+    # in bench.py's process group, so that a closed terminal (SIGHUP) still ends it.
+    proc = subprocess.Popen(cmd, preexec_fn=_ignore_interrupts)
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM: run.py must not go on training alone

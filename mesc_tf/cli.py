@@ -270,8 +270,11 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     leaving --jobs workers computing): what is kept and how to go on.
     """
     cleanup = cleanup if cleanup is not None else []
+    # An ignored SIGTERM stays ignored: a parent that stops this process itself asked for it
+    # (benchmarks/bench.py --e2e), as nohup does for SIGHUP.
     previous = (signal.signal(signal.SIGTERM, _raise_terminated)
-                if threading.current_thread() is threading.main_thread() else None)
+                if threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN else None)
     try:
         with warnings.catch_warnings():  # restores showwarning afterwards
             warnings.showwarning = _one_line_warning(warnings.showwarning)
