@@ -152,9 +152,35 @@ def _run_group(cmd, timeout):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def _signal_group_when(cmd, ready, sig, env=None):
+    """Start ``cmd`` in a session of its own (Ctrl-C not ignored), send ``sig`` to its group
+    once ``ready()`` holds (or after 60 s, or once it exited), and return (status, stderr)."""
+    import time
+
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and not ready(proc):
+            time.sleep(0.1)
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return proc.returncode, err
+
+
 def _ignores_sigint(pid):
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("SigIgn:")[1].split()[0], 16) & (1 << (signal.SIGINT - 1))
+
+
+def _child_ignores_sigint(proc):
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return bool(children) and bool(_ignores_sigint(children[0]))
 
 
 @pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -162,29 +188,15 @@ def test_bench_interrupted_says_so_once(tmp_path, sig, status):
     """Ctrl-C, or SIGTERM sent to the group, reaches bench.py and its dataset's subprocess:
     one error line (each printed its own, the same line twice), the signal's exit status, and
     no --json folder left."""
-    import time
-
     out = tmp_path / "new" / "bench.json"
     env = {**os.environ, "MESC_DATA_DIR": str(tmp_path / "no-data")}
-    proc = subprocess.Popen(
+    # Signalled once the child ignores SIGINT (the fix); else after 60 s, into its steps.
+    returncode, err = _signal_group_when(
         [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--datasets", "orl", "--jit",
          "off", "--post", "fast", "--no-original", "--repeats", "100000", "--json", str(out)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline, child = time.monotonic() + 60, None
-        while time.monotonic() < deadline and not (child and _ignores_sigint(child)):
-            time.sleep(0.2)  # the fix: until the child ignores SIGINT; else 60 s, into its steps
-            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-            child = children[0] if children else None
-        os.killpg(proc.pid, sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        _child_ignores_sigint, sig, env=env)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert proc.returncode == status and len(errors) == 1, err[-2000:]
+    assert returncode == status and len(errors) == 1, err[-2000:]
     assert "Traceback" not in err
     assert not (tmp_path / "new").exists()
 
@@ -195,8 +207,6 @@ def test_bench_end_to_end_interrupted_says_so_once(tmp_path, sig, status):
     (what the benchmark kept), not also run.py's own ("nothing was kept: rerun ... with
     --checkpoint-every"), which says nothing about the benchmark. A stand-in run.py with
     run.py's Ctrl-C handling stands in for the real one (minutes of MNIST)."""
-    import time
-
     ready = tmp_path / "ready"
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "run.py").write_text(
@@ -206,7 +216,7 @@ def test_bench_end_to_end_interrupted_says_so_once(tmp_path, sig, status):
         "cli.main_guard(main, interrupted=lambda: cli.training_interrupted(None))\n")
     driver = tmp_path / "driver.py"
     driver.write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        f"import sys\nsys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]\n"
         "from pathlib import Path\nfrom scripts import load_script\nfrom mesc_tf import cli\n"
         "bench = load_script('benchmarks/bench.py', 'bench')\n"
         f"bench.ROOT = Path({str(tmp_path)!r})\n"
@@ -217,23 +227,11 @@ def test_bench_end_to_end_interrupted_says_so_once(tmp_path, sig, status):
         "        time.sleep(1)\n        super().kill()\nsubprocess.Popen = Popen\n"
         f"cli.main_guard(lambda: bench.end_to_end('mnist', 1, Path({str(tmp_path)!r}) / 'c.npy',"
         f" Path({str(tmp_path)!r}) / 'e2e'), interrupted=lambda: 'interrupted; bench kept')\n")
-    proc = subprocess.Popen(
-        [sys.executable, str(driver)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not ready.exists() and proc.poll() is None:
-            time.sleep(0.1)
-        assert ready.exists(), "the stand-in run.py did not start"
-        os.killpg(proc.pid, sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    returncode, err = _signal_group_when([sys.executable, str(driver)],
+                                         lambda proc: ready.exists(), sig)
+    assert ready.exists(), "the stand-in run.py did not start"
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert proc.returncode == status and errors == ["error: interrupted; bench kept"], err[-2000:]
+    assert returncode == status and errors == ["error: interrupted; bench kept"], err[-2000:]
 
 
 def test_bench_bad_options_are_one_line(tmp_path):
