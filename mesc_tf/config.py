@@ -144,7 +144,7 @@ class Settings:
     coef_init: float = 1e-4  # every entry of C starts at this value
     recon_scale: float = 1.0  # reconstruction = recon_scale · Σ(x_r − x)²
     thr: float = 0.03  # thrC ratio ρ (the scripts' `alpha`)
-    subspace_dim: int = 12  # post_proC d; SVD rank r = d·K + 1
+    subspace_dim: int = 12  # post_proC d; SVD rank r = min(d·K + 1, n − 1)
     power: float = 8.0  # post_proC exponent (the scripts' post_proC `alpha`)
     variant: str = "mesc"  # post_proC pre-treatment of C, see VARIANTS
 
@@ -194,7 +194,8 @@ assert {f.name for f in dataclasses.fields(Settings)} == {*TRAIN_FIELDS, *POST_F
 
 
 def encoder_sizes(arch: Architecture):
-    """Spatial size after each encoder layer: 'same' with stride 2 gives ceil(size / 2)."""
+    """Spatial sizes: the input's, then after each encoder layer ('same' with stride 2 gives
+    ceil(size / 2)); L + 1 entries for L layers."""
     sizes = [tuple(arch.image_shape)]
     for _ in arch.kernels:
         h, w = sizes[-1]
@@ -392,7 +393,7 @@ DATASETS: dict[str, DatasetConfig] = {
         name="coil100", n_samples=7200, n_clusters=100,
         arch=Architecture(kernels=(5,), channels=(50,), **_ARCH_32_1),
         pixels="COIL100.mat fea, as stored (uint8 0..255), row-major 32x32",
-        # λ2 = 30 as in the authors' 2020 COIL100-style graphs (reference-facts §1.4); ρ 0.04
+        # reg2 = 30 as in the authors' 2020 COIL100-style graphs (reference-facts §1.4); ρ 0.04
         # is DSC-Net's COIL100 value. No MESC COIL100 settings were released, and without
         # the data none could be swept here.
         mesc=_MESC_RELEASED.replace(reg2=30.0, thr=0.04),
