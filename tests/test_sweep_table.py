@@ -173,6 +173,8 @@ def test_our_wo_net_takes_a_datasets_coupled_settings():
     s = method_settings("orl", "our_wo_net")
     assert (s.framework, s.regularizer, s.epochs) == ("coupled", "entropy", orl.coupled.epochs)
     assert s != orl.mesc.replace(framework="coupled")
+    # The table's own "Our w/o Net" rows say the graph they run on.
+    assert orl.coupled == s and orl.coupled.framework == "coupled"
 
 
 def test_plan_shares_training_across_post_settings_seeds_and_steps():
