@@ -131,7 +131,8 @@ def cluster(coef, n_clusters: int, settings: Settings, seed=0, post_method=None,
         power=settings.power, variant=settings.variant, seed=seed, return_timings=True,
         method=post_method, info=info)
     info["clusters_found"] = int(np.unique(labels).size)  # discretize can leave clusters empty
-    info.update({k: None for k, v in info.items()  # the gaps of K = 1
+    # inf: a gap or margin that K = 1 does not have; NaN: where ARPACK did not converge.
+    info.update({k: None for k, v in info.items()
                  if isinstance(v, float) and not np.isfinite(v)})
     return labels, timings
 
