@@ -99,7 +99,8 @@ def _check_images(model, x):
     """What fit, evaluate and predict refuse at once, before Keras traces a step (an error in
     the trace would come wrapped in Keras' lines): images in a dict or list (Keras' errors
     then blamed the shapes), images of a shape the auto-encoder does not take, and NaN or inf
-    pixels (they made every weight NaN, but C stayed finite and clustered without a word)."""
+    pixels (they made the auto-encoder's weights NaN, but a decoupled model's C stayed finite
+    and clustered without a word)."""
     name = type(model).__name__
     if isinstance(x, (dict, list, tuple)):
         raise MescError(f"{name} takes its images as one array (n, h, w, 1) or a dataset of "
