@@ -412,6 +412,62 @@ class MESCNet(_OwnLossModel):
     def coef(self):
         return self.self_expression.coef
 
+    def get_config(self):
+        return {**super().get_config(), "n_samples": self.self_expression.n_samples,
+                "settings": self.settings.to_dict()}
+
+    def call(self, x):
+        """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
+        z_hat = self.autoencoder.encode(x)
+        z = tf.reshape(z_hat, (tf.shape(z_hat)[0], -1))
+        self._check_batch(z)
+        cz = self.self_expression(z)
+        if self.settings.framework == "coupled":
+            x_rec = self.autoencoder.decode(tf.reshape(cz, tf.shape(z_hat)))
+        else:  # decoupled: the decoder never sees C
+            x_rec = self.autoencoder.decode(z_hat)
+        return x_rec, z, cz
+
+    def compute_terms(self, x):
+        """The loss terms (reg and selfexp without reg1, reg2) and the weighted total, as in
+        the released graph."""
+        s = self.settings
+        x = tf.cast(x, self.compute_dtype)
+        x_rec, z, cz = self(x, training=True)
+        terms = {
+            "recon": losses.reconstruction(x, x_rec, s.recon_scale),
+            "reg": losses.REGULARIZERS[s.regularizer](self.coef),
+            "selfexp": losses.self_expression(z, cz),
+        }
+        terms["loss"] = terms["recon"] + s.reg1 * terms["reg"] + s.reg2 * terms["selfexp"]
+        return terms
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            terms = self.compute_terms(self._images(data))
+        grads = tape.gradient(terms["loss"], self.trainable_variables)
+        # Update only once every gradient and every logged term exists. Otherwise TF may run
+        # C's update while an op still holds a read of C (the backward pass's Cᵀ·∂L/∂(CZ), or a
+        # forward op that only the logged terms need, such as the entropy's row sums); the
+        # update then copies C first (copy-on-write): one more n×n buffer and copy per step
+        # (400 MB for MNIST). TF 2.20 did so in 13 of 16 runs of
+        # test_adam_updates_coef_in_place when only the gradients were awaited.
+        gated = tf.tuple(list(grads) + tf.nest.flatten(terms))
+        grads, terms = gated[:len(grads)], tf.nest.pack_sequence_as(terms, gated[len(grads):])
+        # The step counter too: nothing else orders it after a step that fails (a dataset's
+        # batch of the wrong size), which would count a step that changed nothing. Adam's
+        # slots are made first: under XLA no variable can be made under control dependencies.
+        self._build_optimizer()
+        with tf.control_dependencies(gated):
+            self.optimizer.apply(grads, self.trainable_variables)
+        # Logged values are those before this step's update, like the original's fetches.
+        return terms
+
+    def test_step(self, data):
+        return self.compute_terms(self._images(data))
+
+    # fit, evaluate and predict are Keras' own, with the checks a full-batch model needs:
+    # all n samples, in their order, as one batch.
     def fit(self, *args, **kwargs):
         named = _named(keras.Model.fit, args, kwargs)
         x = named.get("x")
@@ -474,22 +530,6 @@ class MESCNet(_OwnLossModel):
                             "size: make it yield all of them, in order, as one batch "
                             "(full_batch(x))") from None
 
-    def get_config(self):
-        return {**super().get_config(), "n_samples": self.self_expression.n_samples,
-                "settings": self.settings.to_dict()}
-
-    def call(self, x):
-        """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
-        z_hat = self.autoencoder.encode(x)
-        z = tf.reshape(z_hat, (tf.shape(z_hat)[0], -1))
-        self._check_batch(z)
-        cz = self.self_expression(z)
-        if self.settings.framework == "coupled":
-            x_rec = self.autoencoder.decode(tf.reshape(cz, tf.shape(z_hat)))
-        else:  # decoupled: the decoder never sees C
-            x_rec = self.autoencoder.decode(z_hat)
-        return x_rec, z, cz
-
     def _check_batch(self, z):
         n = self.self_expression.n_samples
         if z.shape[0] is None:  # known only when the step runs
@@ -497,44 +537,6 @@ class MESCNet(_OwnLossModel):
         elif z.shape[0] != n:
             raise MescError(f"{self._batch_rule}; got a batch of {z.shape[0]}: train it on all "
                             "of them, in order, as one batch")
-
-    def compute_terms(self, x):
-        """The loss terms (reg and selfexp without reg1, reg2) and the weighted total, as in
-        the released graph."""
-        s = self.settings
-        x = tf.cast(x, self.compute_dtype)
-        x_rec, z, cz = self(x, training=True)
-        terms = {
-            "recon": losses.reconstruction(x, x_rec, s.recon_scale),
-            "reg": losses.REGULARIZERS[s.regularizer](self.coef),
-            "selfexp": losses.self_expression(z, cz),
-        }
-        terms["loss"] = terms["recon"] + s.reg1 * terms["reg"] + s.reg2 * terms["selfexp"]
-        return terms
-
-    def train_step(self, data):
-        with tf.GradientTape() as tape:
-            terms = self.compute_terms(self._images(data))
-        grads = tape.gradient(terms["loss"], self.trainable_variables)
-        # Update only once every gradient and every logged term exists. Otherwise TF may run
-        # C's update while an op still holds a read of C (the backward pass's Cᵀ·∂L/∂(CZ), or a
-        # forward op that only the logged terms need, such as the entropy's row sums); the
-        # update then copies C first (copy-on-write): one more n×n buffer and copy per step
-        # (400 MB for MNIST). TF 2.20 did so in 13 of 16 runs of
-        # test_adam_updates_coef_in_place when only the gradients were awaited.
-        gated = tf.tuple(list(grads) + tf.nest.flatten(terms))
-        grads, terms = gated[:len(grads)], tf.nest.pack_sequence_as(terms, gated[len(grads):])
-        # The step counter too: nothing else orders it after a step that fails (a dataset's
-        # batch of the wrong size), which would count a step that changed nothing. Adam's
-        # slots are made first: under XLA no variable can be made under control dependencies.
-        self._build_optimizer()
-        with tf.control_dependencies(gated):
-            self.optimizer.apply(grads, self.trainable_variables)
-        # Logged values are those before this step's update, like the original's fetches.
-        return terms
-
-    def test_step(self, data):
-        return self.compute_terms(self._images(data))
 
 
 @_serializable
