@@ -102,8 +102,10 @@ def load_against(path, n):
     try:
         c = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        # NumPy takes any file that is not .npy or .npz for a pickle.
-        why = "not a .npy file" if "pickle" in str(e) else " ".join(str(e).split())
+        # NumPy takes any file that is not .npy or .npz for a pickle; a .npy of Python objects
+        # needs one too.
+        why = ("an array of Python objects, not numbers" if "Object arrays" in str(e)
+               else "not a .npy file" if "pickle" in str(e) else " ".join(str(e).split()))
         raise MescError(f"cannot read --against {path} ({why}); give a .npy file holding an "
                         "n×n C") from None
     if not isinstance(c, np.ndarray):
@@ -112,6 +114,10 @@ def load_against(path, n):
     if c.shape != (n, n):
         raise MescError(f"--against {path} holds an array of shape {c.shape}, not the "
                         f"{n}×{n} C of the {n} images used; check --dataset and --samples")
+    if c.dtype.kind not in "fiu" or not np.isfinite(c).all():  # else: a traceback, or nan
+        what = "entries that are not finite" if c.dtype.kind in "fiu" else f"{c.dtype} entries"
+        raise MescError(f"--against {path} holds {what}; give a .npy file holding an n×n C of "
+                        "real numbers")
     return c
 
 

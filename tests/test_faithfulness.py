@@ -140,6 +140,10 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
      "an array of shape (400, 3), not the 400×400 C"),
     (["--samples", "400", "--against", "{tmp}/c.npy"], "not the 400×400 C"),  # all: allowed
     (["--samples", "3", "--epochs", "1", "--against", "{tmp}/c4.npy"], "not the 3×3 C"),
+    # the right shape but no real numbers: refused before the runs, not a traceback after them
+    (["--epochs", "1", "--against", "{tmp}/c_str.npy"], "holds <U1 entries"),
+    (["--epochs", "1", "--against", "{tmp}/c_nan.npy"], "holds entries that are not finite"),
+    (["--epochs", "1", "--against", "{tmp}/c_obj.npy"], "an array of Python objects"),
 ])
 def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, synthetic_data,
                                                 tmp_path, monkeypatch, capsys):
@@ -148,6 +152,9 @@ def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, sy
     np.save(tmp_path / "c4.npy", np.zeros((4, 4), np.float32))  # --samples 3 takes 3, not 4
     np.save(tmp_path / "c_wide.npy", np.zeros((400, 3), np.float32))
     (tmp_path / "c.txt").write_text("1 2 3\n")
+    np.save(tmp_path / "c_str.npy", np.full((400, 400), "a"))
+    np.save(tmp_path / "c_nan.npy", np.full((400, 400), np.nan, np.float32))
+    np.save(tmp_path / "c_obj.npy", np.zeros((400, 400), object), allow_pickle=True)
     script = experiment("faithfulness")
     argv = ["--dataset", "orl", "--tf1-checkpoint", str(synthetic_tf1["orl"]),
             *[a.format(tmp=tmp_path) for a in argv], "--json", str(tmp_path / "f.json")]
