@@ -563,6 +563,14 @@ class Results:
         self.reused += 1
         return rec
 
+    def array(self, key: str):
+        """The finished array runs/<key>.npy, None where it is missing or unreadable (cut off
+        or written by something else; cannot happen with atomic writes): recompute it."""
+        try:
+            return np.load(self.path(key, ".npy"), allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+
     def put(self, key: str, spec: dict, result: dict) -> dict:
         rec = {"key": key, "experiment": self.args.experiment, "spec": _norm(spec),
                "result": _norm(result)}

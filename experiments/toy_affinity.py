@@ -86,8 +86,6 @@ def cosine(A, B):
 
 
 def run_dataset(name, args, results):
-    import numpy as np
-
     d = common.order_by_class(common.load_data(name, args))
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
     src = common.ae_source(args, name)
@@ -97,13 +95,14 @@ def run_dataset(name, args, results):
         key = f"{name}-{method}"
         spec = common.method_spec(d, method, settings, src, args)
         rec = results.get(key, spec)
-        if rec is None or not results.path(key, ".npy").exists():
+        coef = results.array(key) if rec is not None else None
+        if coef is None:
             print(f"  {common.METHODS[method]}: {settings.regularizer}, {settings.framework}")
             t = common.train(d, settings, src, args, args.seeds[0])
             clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds)
             files.save_npy(results.path(key, ".npy"), t.coef)
             rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings})
-        coef = np.load(results.path(key, ".npy"))
+            coef = t.coef
         A = normalised(coef, args.signed, args.zero_diagonal)
         blocks, off = block_stats(A, d.y)
         acc = common.mean_std([c["metrics"]["acc"] for c in rec["result"]["clusterings"]])

@@ -55,15 +55,13 @@ def tsne(features, seed, perplexity):
 
 def embedding(results, key, spec, features):
     """The t-SNE of ``features`` for ``spec`` (cached as runs/<key>.npy)."""
-    import numpy as np
-
-    rec = results.get(key, spec)
-    if rec is None or not results.path(key, ".npy").exists():
+    emb = results.array(key) if results.get(key, spec) is not None else None
+    if emb is None:
         print(f"  t-SNE {key} ({len(features)} points)")
         emb = tsne(features, spec["seed"], spec["perplexity"])
         files.save_npy(results.path(key, ".npy"), emb)
         results.put(key, spec, {"points": len(features)})
-    return np.load(results.path(key, ".npy"))
+    return emb
 
 
 def run_dataset(name, args, results):
@@ -89,7 +87,8 @@ def run_dataset(name, args, results):
         key = f"{name}-{method}"
         spec = common.method_spec(d, method, settings, src, args)
         rec = results.get(key, spec)
-        if rec is None or not results.path(key, ".npy").exists():
+        z = results.array(key) if rec is not None else None
+        if z is None:
             print(f"  {common.METHODS[method]}")
             t = common.train(d, settings, src, args, args.seeds[0],
                              inspect=lambda model: latent_codes(model.autoencoder, d.x))
@@ -102,7 +101,6 @@ def run_dataset(name, args, results):
             rec = results.put(key, spec, {"finetune_s": t.finetune_s, "latent_dim": int(z.shape[1]),
                                           "clusterings": clusterings})
         cl = rec["result"]["clusterings"]
-        z = np.load(results.path(key, ".npy"))
         emb = embedding(results, f"{name}-tsne-{method}", {**tspec, "features": key,
                                                            "fit_spec": spec}, z[sub])
         labels = np.asarray(cl[0]["labels"])

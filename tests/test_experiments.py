@@ -143,6 +143,14 @@ def test_toy_affinity(data_env, tmp_path):
         assert all(0 <= b["variance"] <= 0.25 for b in r["blocks"])
     check_outputs(out, "toy_affinity", ["toy_affinity.png", "toy_cosine.png"])
     assert len(list((out / "runs").glob("*.npy"))) == 2
+    # A run's C that cannot be read (cut off, written by something else) is recomputed, as an
+    # unreadable record is, not a traceback (tsne.py keeps its codes the same way).
+    (out / "runs" / "toy-our.npy").write_text("not an array\n")
+    again = toy_affinity.main([*SMOKE, "--no-pretrain", "--methods", "dsc_nuclear", "our",
+                               "--out", str(out)])
+    assert again["toy"]["methods"]["our"]["cosine_to_ideal"] == pytest.approx(
+        methods["our"]["cosine_to_ideal"])
+    assert np.load(out / "runs" / "toy-our.npy").shape == (24, 24)
 
 
 def test_sensitivity(data_env, tmp_path):
