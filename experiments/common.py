@@ -304,6 +304,12 @@ def load_data(name: str, args) -> Data:
                 {"classes": classes, "per_class": per_class})
 
 
+def load_all(args) -> dict:
+    """{name: Data} of every --datasets entry, loaded before any training: a missing data file
+    ends the run before the datasets listed ahead of it are trained and drawn."""
+    return {name: load_data(name, args) for name in args.datasets}
+
+
 def order_by_class(d: Data) -> Data:
     """The same data with samples sorted by label (stable), for block pictures of C."""
     idx = np.argsort(d.y, kind="stable")

@@ -45,8 +45,8 @@ def confusion(y, labels, k):
     return M, np.nan_to_num(recall), np.nan_to_num(precision)
 
 
-def run_dataset(name, args, results):
-    d = common.load_data(name, args)
+def run_dataset(d, args, results):
+    name = d.name
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
     src = common.ae_source(args, name)
     out = {}
@@ -163,10 +163,11 @@ def markdown(summary, args):
 def main(argv=None):
     args = parse_args(argv)
     common.check_sources(args, args.datasets)
+    loaded = common.load_all(args)
     results = common.Results(args, common.request_of(args))
     summary, pngs = {}, []
     for name in args.datasets:
-        d, out = run_dataset(name, args, results)
+        d, out = run_dataset(loaded[name], args, results)
         pngs.append(figure(name, out, results.dir / f"{name}_confusion.png"))
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": out}
     md = markdown(summary, args)

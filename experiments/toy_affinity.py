@@ -85,8 +85,8 @@ def cosine(A, B):
     return float((A * B).sum() / den) if den > 0 else 0.0
 
 
-def run_dataset(name, args, results):
-    d = common.order_by_class(common.load_data(name, args))
+def run_dataset(d, args, results):
+    name, d = d.name, common.order_by_class(d)
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
     src = common.ae_source(args, name)
     out = {}
@@ -202,11 +202,12 @@ def markdown(summary, args):
 def main(argv=None):
     args = parse_args(argv)
     common.check_sources(args, args.datasets)
+    loaded = common.load_all(args)
     results = common.Results(args, common.request_of(args, signed=args.signed,
                                                      zero_diagonal=args.zero_diagonal))
     summary, pngs = {}, []
     for name in args.datasets:
-        d, out = run_dataset(name, args, results)
+        d, out = run_dataset(loaded[name], args, results)
         pngs.append(draw_matrices(name, d, out, results.dir / f"{name}_affinity.png", args))
         pngs.append(draw_cosine(name, out, results.dir / f"{name}_cosine.png"))
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": {

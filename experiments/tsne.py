@@ -64,14 +64,14 @@ def embedding(results, key, spec, features):
     return emb
 
 
-def run_dataset(name, args, results):
+def run_dataset(d, args, results):
     import numpy as np
     from sklearn.metrics import completeness_score, homogeneity_score
 
     from mesc_tf.metrics import best_map
     from mesc_tf.measures import latent_codes
 
-    d = common.load_data(name, args)
+    name = d.name
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
     src = common.ae_source(args, name)
     m = d.n if args.tsne_samples is None else min(args.tsne_samples, d.n)
@@ -173,11 +173,12 @@ def markdown(summary, args):
 def main(argv=None):
     args = parse_args(argv)
     common.check_sources(args, args.datasets)
+    loaded = common.load_all(args)
     results = common.Results(args, common.request_of(
         args, tsne_samples=args.tsne_samples, perplexity=args.perplexity, color_by=args.color_by))
     summary, pngs = {}, []
     for name in args.datasets:
-        d, m, panels = run_dataset(name, args, results)
+        d, m, panels = run_dataset(loaded[name], args, results)
         pngs.append(figure(name, d, m, panels, args, results.dir / f"{name}_tsne.png"))
         summary[name] = {"n": d.n, "tsne_points": m, "panels": [
             {k: v for k, v in p.items() if k not in ("emb", "colors")} for p in panels]}

@@ -482,6 +482,29 @@ def test_bad_values_are_refused_before_any_output(script, argv, message, capsys,
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("script", ["toy_affinity", "tsne", "confusion"])
+def test_a_missing_data_file_is_refused_before_the_datasets_ahead_of_it_run(
+        script, shared_data, runtime, tmp_path, monkeypatch, capsys):
+    """--datasets toy orl without ORL's file: one error line before toy is trained and drawn,
+    not after (figures beside no summary); convergence skips such a dataset instead."""
+    import importlib
+
+    from experiments import common
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "COIL20.mat").symlink_to(shared_data / "COIL20.mat")  # toy's; ORL's missing
+    monkeypatch.setattr(sys, "argv", ["test"])
+    out = tmp_path / "out"
+    mod = importlib.import_module(f"experiments.{script}")
+    with pytest.raises(SystemExit) as e:
+        common.run_main(mod.main, [*SMOKE, "--no-pretrain", "--datasets", "toy", "orl",
+                                   "--data-dir", str(data_dir), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "orl data file not found" in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
 def test_a_refused_record_names_the_settings_that_differ():
     from experiments.common import _diff
 
