@@ -27,6 +27,17 @@ TERMS = (("loss", "total loss"), ("recon", r"reconstruction $\Sigma(x_r-x)^2$"),
          ("selfexp", r"$\mathrm{reg2}\cdot S$ (self-expr.)"))
 
 
+def titles(settings) -> dict:
+    """TERMS' titles for a run's settings: ``--set`` may weight the reconstruction
+    (recon_scale) or change the regulariser, which the default titles would misname."""
+    out = dict(TERMS)
+    if settings["recon_scale"] != 1:
+        out["recon"] = rf"reconstruction ${settings['recon_scale']:g}\cdot\Sigma(x_r-x)^2$"
+    if settings["regularizer"] != "entropy":
+        out["reg"] = rf"$\mathrm{{reg1}}\cdot R(C)$ ({settings['regularizer']})"
+    return out
+
+
 def parse_args(argv=None):
     p = common.parser(NAME, __doc__, datasets=("orl", "coil20", "eyaleb", "coil100"))
     args = common.finish_args(p, p.parse_args(argv))
@@ -97,13 +108,14 @@ def figure(summary, path):
     for r, name in enumerate(names):
         s = summary[name]
         steps = range(1, s["steps"] + 1)
-        for c, (term, label) in enumerate(TERMS):
+        named = titles(s["settings"])
+        for c, (term, _) in enumerate(TERMS):
             ax = axes[r][c]
             ax.plot(steps, s["curves"][term], color=f"C{c}", linewidth=1.4)
             ax.grid(alpha=0.3)
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
-            if r == 0:
-                ax.set_title(label, fontsize=10)
+            if r == 0 or named != titles(summary[names[r - 1]]["settings"]):
+                ax.set_title(named[term], fontsize=10)
             if r == len(names) - 1:
                 ax.set_xlabel("fine-tuning step")
             if c == 0:
@@ -133,7 +145,10 @@ def markdown(summary, skipped):
     lines += ["", "Loss = Σ(x_r − x)² + reg1·½ΣC ln C + reg2·½Σ(Z − CZ)² (code constants, "
               "mesc_tf/config.py MESC-Net settings); one value per full-batch step from the "
               "Keras history. Paper: converges within about 100 iterations, and on ORL and "
-              "EYaleB the objective rises during the first iterations.", "",
+              "EYaleB the objective rises during the first iterations."
+              + ("" if all(titles(s["settings"]) == dict(TERMS) for s in summary.values()) else
+                 " Some rows (--set) weight the reconstruction or use another regulariser: see "
+                 "their settings in convergence.json and the figure's titles."), "",
               "![convergence](convergence.png)", "",
               common.command_line(NAME)]
     return "\n".join(lines) + "\n"

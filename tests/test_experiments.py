@@ -185,6 +185,25 @@ def test_convergence_skips_missing_data(data_env, tmp_path):
 
 # The smoke run's untrained auto-encoder and few steps leave C without an off-diagonal link,
 # which the run rightly warns of; this test checks the figure and its scores, not the labels.
+def test_convergence_titles_name_the_terms_that_were_run(monkeypatch, tmp_path):
+    """--set recon_scale=0.5 or regularizer=l2 changes what the reconstruction and reg curves
+    are: the titles say so, not the default Σ(x_r − x)² and entropy."""
+    from experiments import common, convergence
+
+    shown = {}
+    monkeypatch.setattr(common, "save_figure", lambda fig, path: shown.setdefault(
+        "titles", [ax.get_title() for ax in fig.axes]))
+    curves = {k: [3.0, 2.0, 1.0] for k, _ in convergence.TERMS}
+    row = {"steps": 3, "curves": curves}
+    summary = {"orl": {**row, "settings": {"reg1": 1, "reg2": 1, "recon_scale": 1.0,
+                                           "regularizer": "entropy"}},
+               "coil20": {**row, "settings": {"reg1": 1, "reg2": 1, "recon_scale": 0.5,
+                                              "regularizer": "l2"}}}
+    convergence.figure(summary, tmp_path / "c.png")
+    assert shown["titles"][:4] == [t for _, t in convergence.TERMS]
+    assert "0.5" in shown["titles"][5] and "l2" in shown["titles"][6], shown["titles"]
+
+
 @pytest.mark.filterwarnings("ignore:post-clustering. C has no nonzero entry off its diagonal")
 def test_tsne(data_env, tmp_path):
     from experiments import tsne
