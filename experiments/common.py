@@ -30,6 +30,7 @@ import contextlib
 import gc
 import json
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -592,7 +593,7 @@ class Results:
         self.dir.mkdir(parents=True, exist_ok=True)
         files.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,
-            "command": " ".join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
+            "command": shlex.join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
             "versions": provenance.versions(), "machine": provenance.machine()})
         md = self.dir / f"{self.args.experiment}.md"
         atomic_write_text(md, markdown)
@@ -637,7 +638,7 @@ def _differences(old, new, prefix=""):
 
 def command_line(name: str) -> str:
     """The markdown line naming the command that made a summary."""
-    return f"Command: `python experiments/{name}.py {' '.join(sys.argv[1:])}`".rstrip()
+    return f"Command: `python {shlex.join([f'experiments/{name}.py', *sys.argv[1:]])}`"
 
 
 def request_of(args, **extra) -> dict:

@@ -19,6 +19,7 @@ the dataset's post-clustering. Equal LSR scores with unequal fine-tuned scores p
 fine-tuning dynamics rather than at what the encoder learnt.
 """
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -209,8 +210,8 @@ def main(argv=None):
     original = table.main([*shared, "--out", str(args.out / "original"), *[
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
-    command = " ".join(["experiments/compare_autoencoders.py",
-                        *(sys.argv[1:] if argv is None else map(str, argv))])
+    command = shlex.join(["experiments/compare_autoencoders.py",
+                          *(sys.argv[1:] if argv is None else map(str, argv))])
     keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
             "autoencoder_id", "jobs", "threads_per_job", "machine", "finished")
     for d in args.datasets:

@@ -19,6 +19,7 @@ so the port-vs-graph figures check the model, the losses and Adam, not the conve
 loaders: --against (the authors' C) and tests/test_weights.py's reconstruction errors do.
 """
 
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -204,7 +205,7 @@ def main(argv=None, cleanup=None):
         files.write_json(args.json, {
             "dataset": args.dataset, "n_samples": len(x), "method": args.method,
             "settings": training, "tf1_checkpoint": checkpoint,
-            **figures, "command": " ".join(sys.argv), "versions": provenance.versions()})
+            **figures, "command": shlex.join(sys.argv), "versions": provenance.versions()})
         print(f"figures: {args.json}")
     return figures
 

@@ -524,6 +524,24 @@ def test_a_missing_data_file_is_refused_before_the_datasets_ahead_of_it_run(
     assert not out.exists()
 
 
+def test_the_recorded_command_can_be_run_again(tmp_path, monkeypatch):
+    """A path with a space is quoted in the summary's command and the markdown's line, as
+    run.py and pretrain.py record theirs (shlex.join), so that pasting it reruns the run."""
+    import argparse
+    import shlex
+
+    from experiments.common import Results, command_line
+
+    out = tmp_path / "my results"
+    monkeypatch.setattr(sys, "argv", ["x.py", "--out", str(out), "--set", "reg1=2"])
+    args = argparse.Namespace(out=out, experiment="toy_affinity", force=False, redo=False)
+    Results(args, {}).finish({}, "# t\n")
+    want = ["experiments/toy_affinity.py", "--out", str(out), "--set", "reg1=2"]
+    assert shlex.split(json.loads((out / "toy_affinity.json").read_text())["command"]) == want
+    line = command_line("toy_affinity")
+    assert shlex.split(line.removeprefix("Command: `python ").removesuffix("`")) == want
+
+
 def test_a_refused_record_names_the_settings_that_differ():
     from experiments.common import _diff
 
