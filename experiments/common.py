@@ -529,6 +529,10 @@ class Results:
         self.request = _norm(request)
         check_writable_dir(self.runs)  # made by the first record: an error before leaves none
         self.summary_path = self.dir / f"{args.experiment}.json"
+        for path in (self.summary_path, self.summary_path.with_suffix(".md")):
+            if path.is_dir():  # else refused at the end, after every run (--force included)
+                raise MescError(f"{path} is a folder, where this experiment writes its summary; "
+                                "move it away or choose another --out")
         if self.summary_path.exists() and not args.force:
             try:
                 old = json.loads(self.summary_path.read_text())

@@ -587,6 +587,22 @@ def test_a_cut_off_summary_says_force_rebuilds_it_from_the_runs(tmp_path):
     assert Results(argparse.Namespace(**{**vars(args), "force": True}), {"datasets": ["orl"]})
 
 
+@pytest.mark.parametrize("name", ["toy_affinity.json", "toy_affinity.md"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_folder_where_the_summary_goes_is_refused_before_the_runs(name, force, tmp_path):
+    """Not 'pass --force to rebuild it', then a failed write after every run."""
+    import argparse
+
+    from experiments.common import Results
+    from mesc_tf.errors import MescError
+
+    (tmp_path / name).mkdir()
+    args = argparse.Namespace(out=str(tmp_path), experiment="toy_affinity", force=force,
+                              redo=False)
+    with pytest.raises(MescError, match=f"{name} is a folder, .* choose another --out"):
+        Results(args, {"datasets": ["toy"]})
+
+
 def test_an_error_before_the_first_run_leaves_no_output_folder(tmp_path):
     from experiments import ablation
     from mesc_tf.errors import MescError
