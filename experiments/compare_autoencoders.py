@@ -31,6 +31,7 @@ from mesc_tf import cli, files, provenance, sources  # noqa: E402
 from mesc_tf.config import DATASETS, METHODS, POST_FIELDS  # noqa: E402
 from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
 
+
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),

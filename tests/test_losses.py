@@ -47,7 +47,6 @@ def test_entropy_every_regime():
                                rtol=1e-6)
 
 
-
 def test_entropy_gradient_passes_the_clip_bounds():
     """At C = 1 and C = 1e-12 the gradient is autodiff's of the released C·ln clip(C): clip
     passes its gradient at both bounds (½(ln 1 + 1) and ½(ln 1e-12 + 1))."""
