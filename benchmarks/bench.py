@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import signal
 import statistics
 import subprocess
@@ -299,7 +300,7 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
         proc.wait()
         raise
     wall = time.perf_counter() - t
-    res = {"dataset": dataset, "command": " ".join(cmd[1:]),
+    res = {"dataset": dataset, "command": shlex.join(cmd[1:]),
            "exit_status": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
     results = Path(out_dir) / "results.json"
@@ -449,7 +450,7 @@ def main(argv=None):
         CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     load_before = os.getloadavg()
     given = argv if argv is not None else sys.argv[1:]
-    report = {"command": " ".join(["benchmarks/bench.py", *given]),
+    report = {"command": shlex.join(["benchmarks/bench.py", *given]),
               "machine": provenance.machine(),
               "tf_cpu_allocator": "bfc" if memory.bfc_allocator() else "default",
               "issue_original": ISSUE, "results": []}

@@ -31,6 +31,7 @@ he_normal; times do not depend on them.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -292,7 +293,7 @@ def main(argv=None):
     configure_runtime(deterministic=False)
     given = argv if argv is not None else sys.argv[1:]
     # What bench.py's report records of the run: the command, the machine, the versions.
-    report = {"command": " ".join(["benchmarks/conv_routes.py", *given]),
+    report = {"command": shlex.join(["benchmarks/conv_routes.py", *given]),
               "machine": provenance.machine(), "jit": args.jit, "repeats": args.repeats,
               "seed": args.seed, "datasets": {}}
     print("layer | input → output | Keras ms | stride-1 ms | col2im ms | stride-1 ÷ Keras | "

@@ -4,6 +4,7 @@ and input sizes the models do not use, the timing and comparison helpers, and wh
 script's main passes on and writes (its slow parts faked, so nothing here depends on timing)."""
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -245,7 +246,7 @@ def test_conv_routes_main_passes_options_and_sums_layers(tmp_path, monkeypatch):
 
     monkeypatch.setattr(provenance, "machine", lambda: {"cores": 2})
     monkeypatch.setattr(provenance, "versions", lambda: {"mesc_tf": "x"})
-    out = tmp_path / "conv.json"
+    out = tmp_path / "a folder" / "conv.json"  # a space: the recorded command quotes it
     argv = ["--datasets", "orl", "--seed", "7", "--jit", "--repeats", "3", "--json", str(out)]
     assert mod.main(argv) == 0
     assert seen == [("cases", "orl", 400, 7)] + [("layer", 3, True)] * 3 + [
@@ -258,7 +259,7 @@ def test_conv_routes_main_passes_options_and_sums_layers(tmp_path, monkeypatch):
     assert orl["autoencoder_keras_ms"] == 3.0 and orl["autoencoder_col2im_output_ms"] == 2.0
     assert orl["autoencoder_max_rel_diff"] == 2e-7
     assert report["jit"] is True and report["repeats"] == 3 and report["seed"] == 7
-    assert report["command"] == " ".join(["benchmarks/conv_routes.py", *argv])
+    assert shlex.split(report["command"]) == ["benchmarks/conv_routes.py", *argv]
     assert report["machine"] == {"cores": 2} and report["versions"] == {"mesc_tf": "x"}
 
 
