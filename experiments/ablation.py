@@ -219,7 +219,7 @@ def main(argv=None):
         common.check_sources(args, args.datasets)
     results = common.Results(args, common.request_of(
         args, rows=args.rows, frobenius_settings=args.frobenius_settings,
-        coupled_settings=args.coupled_settings))
+        coupled_settings=args.coupled_settings), figures=["ablation.png"])
     summary = {}
     for name in args.datasets:
         d, records = run_dataset(name, args, results)

@@ -522,17 +522,16 @@ def _norm(obj):
 class Results:
     """The output folder of one experiment (see the module docstring)."""
 
-    def __init__(self, args, request: dict):
+    def __init__(self, args, request: dict, figures=()):
+        """``figures``: the names of the PNGs the summary will have (those known up front)."""
         self.args = args
         self.dir = Path(args.out)
         self.runs = self.dir / "runs"
         self.request = _norm(request)
         check_writable_dir(self.runs)  # made by the first record: an error before leaves none
         self.summary_path = self.dir / f"{args.experiment}.json"
-        for path in (self.summary_path, self.summary_path.with_suffix(".md")):
-            if path.is_dir():  # else refused at the end, after every run (--force included)
-                raise MescError(f"{path} is a folder, where this experiment writes its summary; "
-                                "move it away or choose another --out")
+        check_not_folders([self.summary_path, self.summary_path.with_suffix(".md")], "summary")
+        check_not_folders([self.dir / f for f in figures], "figure")
         if self.summary_path.exists() and not args.force:
             try:
                 old = json.loads(self.summary_path.read_text())
@@ -605,6 +604,15 @@ class Results:
         for path in [self.summary_path, md, *figures]:
             print(f"wrote {_rel(path)}")
         print(markdown)
+
+
+def check_not_folders(paths, what):
+    """Refuse a folder where an output file (``what``: "summary", "figure") will be written:
+    before any run, not by a failed write after every run (--force included)."""
+    for path in paths:
+        if Path(path).is_dir():
+            raise MescError(f"{path} is a folder, where this experiment writes its {what}; "
+                            "move it away or choose another --out")
 
 
 def check_writable_dir(folder, option="--out DIR"):

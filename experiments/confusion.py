@@ -164,7 +164,8 @@ def main(argv=None):
     args = parse_args(argv)
     common.check_sources(args, args.datasets)
     loaded = common.load_all(args)
-    results = common.Results(args, common.request_of(args))
+    results = common.Results(args, common.request_of(args),
+                             figures=[f"{name}_confusion.png" for name in args.datasets])
     summary, pngs = {}, []
     for name in args.datasets:
         d, out = run_dataset(loaded[name], args, results)

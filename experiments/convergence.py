@@ -156,7 +156,7 @@ def markdown(summary, skipped):
 
 def main(argv=None):
     args = parse_args(argv)
-    results = common.Results(args, common.request_of(args))
+    results = common.Results(args, common.request_of(args), figures=["convergence.png"])
     loaded, skipped = {}, {}
     for name in args.datasets:
         try:

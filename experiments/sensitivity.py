@@ -174,7 +174,8 @@ def main(argv=None):
     args = parse_args(argv)
     common.check_sources(args, args.datasets)
     results = common.Results(args, common.request_of(args, lambda1=args.lambda1,
-                                                     lambda2=args.lambda2))
+                                                     lambda2=args.lambda2),
+                             figures=["sensitivity.png"])
     summary = {}
     for name in args.datasets:
         d, acc, nmi, cells = run_dataset(name, args, results)

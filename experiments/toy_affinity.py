@@ -204,7 +204,9 @@ def main(argv=None):
     common.check_sources(args, args.datasets)
     loaded = common.load_all(args)
     results = common.Results(args, common.request_of(args, signed=args.signed,
-                                                     zero_diagonal=args.zero_diagonal))
+                                                     zero_diagonal=args.zero_diagonal),
+                             figures=[f"{name}_{kind}.png" for name in args.datasets
+                                      for kind in ("affinity", "cosine")])
     summary, pngs = {}, []
     for name in args.datasets:
         d, out = run_dataset(loaded[name], args, results)

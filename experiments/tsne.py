@@ -175,7 +175,8 @@ def main(argv=None):
     common.check_sources(args, args.datasets)
     loaded = common.load_all(args)
     results = common.Results(args, common.request_of(
-        args, tsne_samples=args.tsne_samples, perplexity=args.perplexity, color_by=args.color_by))
+        args, tsne_samples=args.tsne_samples, perplexity=args.perplexity, color_by=args.color_by),
+        figures=[f"{name}_tsne.png" for name in args.datasets])
     summary, pngs = {}, []
     for name in args.datasets:
         d, m, panels = run_dataset(loaded[name], args, results)

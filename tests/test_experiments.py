@@ -1429,3 +1429,30 @@ def test_an_interrupted_compare_autoencoders_says_to_rerun_the_same_command(caps
     assert e.value.code == 130 and capsys.readouterr().err == (
         "error: interrupted; finished cells are kept under --out (ours/, original/): rerun the "
         "same command to continue\n")
+
+
+NO_AE = ["--datasets", "toy", "--no-pretrain"]
+
+
+@pytest.mark.parametrize("script,argv,png", [
+    ("ablation", ["--datasets", "toy", "--rows", "8"], "ablation.png"),
+    ("confusion", [*NO_AE, "--methods", "our"], "toy_confusion.png"),
+    ("convergence", NO_AE, "convergence.png"),
+    ("sensitivity", [*NO_AE, "--lambda1", "1", "--lambda2", "1"], "sensitivity.png"),
+    ("toy_affinity", [*NO_AE, "--methods", "our"], "toy_affinity.png"),
+    ("toy_affinity", [*NO_AE, "--methods", "our"], "toy_cosine.png"),
+    ("tsne", [*NO_AE, "--methods", "our"], "toy_tsne.png"),
+])
+def test_a_folder_where_a_figure_goes_is_refused_before_any_training(script, argv, png,
+                                                                     fake_train, tmp_path):
+    """Not a failed save_figure after every run."""
+    import importlib
+
+    from mesc_tf.errors import MescError
+
+    module = importlib.import_module(f"experiments.{script}")
+    (tmp_path / png).mkdir()
+    with pytest.raises(MescError, match=f"{png} is a folder, where this experiment writes .*"
+                                        "choose another --out"):
+        module.main([*SMOKE, *argv, "--out", str(tmp_path)])
+    assert fake_train.calls == []
