@@ -205,7 +205,9 @@ def main(argv=None, cleanup=None):
         files.write_json(args.json, {
             "dataset": args.dataset, "n_samples": len(x), "method": args.method,
             "settings": training, "tf1_checkpoint": checkpoint,
-            **figures, "command": shlex.join(sys.argv), "versions": provenance.versions()})
+            **figures, "command": shlex.join([  # the argv given to main, if any
+                "experiments/faithfulness.py", *(sys.argv[1:] if argv is None else argv)]),
+            "versions": provenance.versions()})
         print(f"figures: {args.json}")
     return figures
 

@@ -10,6 +10,7 @@
 """
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -232,7 +233,10 @@ def test_faithfulness_command_compares_the_right_matrices(synthetic_tf1, synthet
     assert figures["against"]["released_graph"] == pytest.approx(rel(graph_c, against), rel=1e-6)
     assert figures["steps"] == {"loss": pytest.approx(0.2), "recon": np.inf, "reg": 0.0,
                                 "selfexp": 0.0}
-    assert json.loads(out.read_text())["c_change"] == figures["c_change"]
+    written = json.loads(out.read_text())
+    assert written["c_change"] == figures["c_change"]
+    # The command main was given, not the test runner's sys.argv.
+    assert written["command"] == shlex.join(["experiments/faithfulness.py", *argv, "--force"])
 
 
 def test_orl_coupled_entropy_matches_oracle(tf1_ckpts, shared_data):
