@@ -305,6 +305,19 @@ def load_data(name: str, args) -> Data:
                 {"classes": classes, "per_class": per_class})
 
 
+# Datasets whose classes are the digits 0..9: their labels 1..10 are digit + 1 (mesc_tf/data.py;
+# USPS.mat's gnd 1..10 holds the digits 0..9 in that order, as MNIST's files do).
+DIGIT_DATASETS = ("mnist", "usps")
+
+
+def class_names(dataset: str, k: int) -> list[str]:
+    """The names of the labels 1..k of ``dataset`` in figures: the digit where its classes are
+    digits (a --classes subset keeps the first classes, so label j is still digit j − 1), else
+    the label."""
+    first = 0 if dataset in DIGIT_DATASETS else 1
+    return [str(first + j) for j in range(k)]
+
+
 def load_all(args) -> dict:
     """{name: Data} of every --datasets entry, loaded before any training: a missing data file
     ends the run before the datasets listed ahead of it are trained and drawn."""

@@ -136,8 +136,8 @@ def figure(name, d, m, panels, args, path):
         ax.set_title(p["title"], fontsize=11)
         ax.set_xlabel(f"homogeneity {p['homogeneity']:.4f}\ncompleteness {p['completeness']:.4f}",
                       fontsize=10)
-    handles = [plt.Line2D([], [], marker="o", linestyle="", color=cmap(k % cmap.N),
-                          label=str(k + 1 if name != "mnist" else k)) for k in range(d.n_clusters)]
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=cmap(k % cmap.N), label=label)
+               for k, label in enumerate(common.class_names(name, d.n_clusters))]
     if d.n_clusters <= 20:
         fig.legend(handles=handles, loc="center right", title="class", fontsize=8)
     what = "true classes" if args.color_by == "truth" else "clusters mapped to classes"

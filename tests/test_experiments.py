@@ -1456,3 +1456,22 @@ def test_a_folder_where_a_figure_goes_is_refused_before_any_training(script, arg
                                         "choose another --out"):
         module.main([*SMOKE, *argv, "--out", str(tmp_path)])
     assert fake_train.calls == []
+
+
+@pytest.mark.parametrize("name,names", [("mnist", "0 1 2"), ("usps", "0 1 2"),
+                                        ("coil20", "1 2 3")])
+def test_the_tsne_legend_names_digits_by_the_digit(name, names, monkeypatch, tmp_path):
+    """USPS's and MNIST's labels 1..10 are the digits 0..9 (mesc_tf/data.py); other datasets'
+    classes are numbered 1..K."""
+    from argparse import Namespace
+
+    from experiments import common, tsne
+
+    shown = []
+    monkeypatch.setattr(common, "save_figure", lambda fig, path: shown.append(
+        [t.get_text() for t in fig.legends[0].get_texts()]))
+    d = common.Data(name, np.zeros((3, 2, 2, 1)), np.array([1, 2, 3]), 3, {})
+    panel = {"emb": np.zeros((3, 2)), "colors": d.y, "title": "t", "homogeneity": 1.0,
+             "completeness": 1.0}
+    tsne.figure(name, d, 3, [panel], Namespace(color_by="truth"), tmp_path / "t.png")
+    assert shown == [names.split()]
