@@ -172,7 +172,7 @@ def main(argv=None):
     records, _ = sweep.read_records(args.out)
     rows = sweep.summarize(records, _trial_keys(args.dataset, ae, settings, args.seeds))
     print(f"\nbest settings by median ACC over seeds {args.seeds} (ACC/NMI in %; {args.out}):")
-    print(sweep.format_summary(rows, args.top, grid=args.grid))
+    print(sweep.format_summary(rows, args.top, grid=args.grid, seeds=args.seeds))
     return 0
 
 
@@ -197,7 +197,7 @@ def _summarize_file(args, records, ae, settings):
           + ("" if args.seeds_given else " (every seed recorded)")
           + (f"; seeds without a finished trial: {sweep.seeds_text(absent)}"
              if absent and rows else ""))
-    print(sweep.format_summary(rows, args.top, grid=args.grid))
+    print(sweep.format_summary(rows, args.top, grid=args.grid, seeds=seeds))
     return 0
 
 

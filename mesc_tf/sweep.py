@@ -745,11 +745,12 @@ def _value_text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def format_summary(rows, top=10, fields=None, grid=()) -> str:
+def format_summary(rows, top=10, fields=None, grid=(), seeds=None) -> str:
     """A plain-text table of the best ``top`` rows; ``fields`` are the settings to show
     (default: those that vary among the rows). Where none varies (one row), the ``grid``'s
     fields are shown, or without a grid every setting in a line above the table: the reader
-    always sees which setting a row is."""
+    always sees which setting a row is. ``seeds``: the seeds asked for; a row over fewer
+    finished seeds shows 'k of n' in the seeds column, not k alone."""
     if not rows:
         return "no finished trials"
     above = []
@@ -771,7 +772,9 @@ def format_summary(rows, top=10, fields=None, grid=()) -> str:
                      _mean_std(m)]
         else:
             vals += ["-"] * 4
-        vals += [str(len(r["seeds"])), str(r["errors"])]
+        done = len(r["seeds"])
+        asked = len(set(seeds)) if seeds is not None else done
+        vals += [str(done) if done >= asked else f"{done} of {asked}", str(r["errors"])]
         lines.append(vals)
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)

@@ -841,6 +841,22 @@ def test_summary_keeps_only_the_given_keys_and_top_rows():
     assert len(text.splitlines()) == 3  # the header and two rows
 
 
+def test_a_row_over_fewer_seeds_than_asked_says_so(toy_weights, tmp_path, capsys):
+    """The seeds column reads '1 of 3' where one of three seeds asked for finished (an
+    interrupted sweep, a failed trial), not a bare 1 beside the rows over all three."""
+    ident = sources.resolve_autoencoder("toy", weights=str(toy_weights)).ident
+    out = tmp_path / "toy.jsonl"
+    for reg1, seeds in ((1.0, (0, 1, 2)), (2.0, (0,))):
+        for seed in seeds:
+            sweep.append_jsonl(out, {**_rec(reg1, seed, 0.5), "autoencoder_id": ident})
+    _script("sweep").main(["--dataset", "toy", "--summary-only", "--weights", str(toy_weights),
+                           "--seeds", "0-2", "--out", str(out)])
+    rows = capsys.readouterr().out.splitlines()[-2:]
+    assert rows[0].split()[:2] == ["1", "1"] and rows[0].split()[-2:] == ["3", "0"]
+    assert rows[1].split()[:2] == ["2", "2"] and rows[1].endswith("  1 of 3       0")
+    assert sweep.format_summary(sweep.summarize([_rec(2.0, 0, 0.5)])).split()[-2:] == ["1", "0"]
+
+
 def test_a_one_row_summary_says_which_setting_it_is():
     """With one row no field varies, and the table showed no setting at all: now the grid's
     fields are its columns, and without a grid every setting is listed above it."""
