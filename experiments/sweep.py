@@ -142,13 +142,17 @@ def main(argv=None):
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)
-    steps = sum(g.train.epochs for g in groups)
+    cached = [sweep.group_in_cache(g, args.coef_cache, args.dataset, ae, args.threads_per_job)
+              for g in groups]  # their C's are read, not trained
+    steps = sum(g.train.epochs for g, c in zip(groups, cached) if not c)
     read_from = " + ".join(str(f) for f in (*sweep.archive_paths(args.out), args.out) if f.exists())
     print(f"{args.dataset} ({args.method}), auto-encoder: {ae.describe()}")
     print(f"{len(settings)} settings x {len(args.seeds)} seeds = "
           f"{len(settings) * len(args.seeds)} trials: {skipped} already in "
-          f"{read_from or args.out}, {n_trials} to run in {len(groups)} "
-          f"trainings ({steps} steps in all), --jobs {args.jobs}")
+          f"{read_from or args.out}, {n_trials} to run in {len(groups) - sum(cached)} "
+          f"trainings ({steps} steps in all)"
+          + (f" and {sum(cached)} with every C in the --coef-cache {args.coef_cache} (read, "
+             "not trained)" if any(cached) else "") + f", --jobs {args.jobs}")
     if args.dry_run:
         return 0
     if groups:

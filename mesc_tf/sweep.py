@@ -500,6 +500,27 @@ def cache_load(cache_dir, key, n):
     return coef, float(info.get("train_s", 0.0))
 
 
+def cache_has(cache_dir, key) -> bool:
+    """Whether the cache holds a square float32 C under ``key``: what cache_load reads, short
+    of loading it or checking its size against the data (for a --dry-run, which loads none)."""
+    npy, meta = _cache_paths(cache_dir, key)
+    try:
+        if json.loads(meta.read_text(encoding="utf-8")).get("key") != key:
+            return False
+        coef = np.load(npy, mmap_mode="r", allow_pickle=False)  # the header, not the n² data
+    except (OSError, ValueError, AttributeError):
+        return False
+    return coef.ndim == 2 and coef.shape[0] == coef.shape[1] and coef.dtype == np.float32
+
+
+def group_in_cache(group: Group, cache_dir, dataset, ae: AutoencoderSpec, threads=None) -> bool:
+    """Whether run_group will read every C of ``group`` from ``cache_dir`` (None: no cache)
+    instead of fine-tuning: the same keys as _trained_coefs."""
+    return bool(cache_dir) and all(
+        cache_has(cache_dir, coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed,
+                                            threads)) for s in group.steps)
+
+
 def cache_store(cache_dir, key, coef, train_s):
     """Write C, then its key, each atomically: a reader never sees a half-written entry."""
     from mesc_tf.files import atomic_write_text, save_npy

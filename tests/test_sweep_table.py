@@ -465,6 +465,9 @@ def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_we
     capsys.readouterr()
 
     grid = ["--grid", "epochs=2,3 thr=0.1,0.3"]
+    mod.main([*base, "--out", str(tmp_path / "b.jsonl"), "--coef-cache", str(cache), *grid,
+              "--dry-run"])  # the run's own entries: the dry run finds them
+    assert "4 to run in 0 trainings (0 steps in all) and 1 with" in capsys.readouterr().out
     mod.main([*base, "--out", str(tmp_path / "b.jsonl"), "--coef-cache", str(cache), *grid])
     assert "C from the cache" in capsys.readouterr().out
     read = sweep.read_records(tmp_path / "b.jsonl")[0]
@@ -487,6 +490,32 @@ def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_we
     assert {r["shared_training"]["coef_cache"] for r in again} == {"written"}
     assert scores(again) == scores(fresh)
     assert np.load(victim).shape == (216, 216)
+
+
+def test_dry_run_counts_only_the_trainings_the_coef_cache_does_not_supply(toy_weights,
+                                                                         tmp_path, capsys):
+    """A training whose C's (every step count of its group) are in --coef-cache is read, not
+    run: the --dry-run's count of trainings and steps leaves it out and says so."""
+    ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
+    cache = tmp_path / "cache"
+    train = method_settings("toy", "our").replace(reg1=1.0)
+    for steps in (2, 3):  # reg1=1's training, at both step counts of the grid
+        sweep.cache_store(cache, sweep.coef_cache_key("toy", ae.ident, train, steps),
+                          np.zeros((216, 216), np.float32), 1.0)
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--grid",
+            "epochs=2,3 reg1=1,2", "--coef-cache", str(cache), "--out",
+            str(tmp_path / "s.jsonl"), "--dry-run"]
+    _script("sweep").main(argv)
+    assert ("4 to run in 1 trainings (3 steps in all) and 1 with every C in the "
+            f"--coef-cache {cache} (read, not trained), --jobs 1") in capsys.readouterr().out
+    sweep.cache_store(cache, sweep.coef_cache_key("toy", ae.ident, train.replace(reg1=2.0), 2),
+                      np.zeros((216, 216), np.float32), 1.0)  # one of its two step counts
+    _script("sweep").main(argv)
+    assert "4 to run in 1 trainings (3 steps in all) and 1 with" in capsys.readouterr().out
+    for npy in cache.glob("*.npy"):  # damaged entries are trained again (run_group)
+        npy.write_bytes(npy.read_bytes()[:100])
+    _script("sweep").main(argv)
+    assert "4 to run in 2 trainings (6 steps in all), --jobs 1" in capsys.readouterr().out
 
 
 def test_table_smoke_on_orl(shared_data, tf1_ckpts, tmp_path, capsys, monkeypatch):
