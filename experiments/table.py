@@ -336,13 +336,51 @@ def _short(describe):
 def main(argv=None):
     args = parse_args(argv)
     from mesc_tf import data, sweep
-    from mesc_tf.config import get_config
     from mesc_tf.errors import MescError
 
     start = time.perf_counter()
-    json_path, md_path = args.out / "main_table.json", args.out / "main_table.md"
+    json_path = args.out / "main_table.json"
     table = load_cells(json_path)  # before any training
     data_dir = data.find_data_dir(args.data_dir)
+    todo, kept, skipped = _plan(args, table, data_dir)
+    if not todo and not kept:  # nothing to run, and nothing to record: leave the table be
+        raise MescError(f"no dataset could be run, all {len(skipped)} skipped (the first: "
+                        f"{skipped[0]}); set --data-dir or MESC_DATA_DIR, or name datasets "
+                        "that can run with --datasets")
+    common.check_writable_dir(args.out)  # before any cell runs; made by the first cell
+    for line in skipped:
+        print(f"skipped {line}")
+    print(f"{len(todo)} cells to run, {kept} kept from {json_path}; seeds {args.seeds}, "
+          f"--jobs {args.jobs}" + (f", SMOKE --max-epochs {args.max_epochs}" if args.max_epochs
+                                   else ""))
+
+    ran = {}  # (dataset, method) -> cell, what this invocation computed
+    done = 0
+    for res, (d, m, ae, s, _) in _run(todo, args, data_dir):
+        c = ran[d, m] = table.setdefault(d, {})[m] = make_cell(
+            res, ae, s, args.seeds, args, smoke_cap(d, m, args.max_epochs))
+        done += 1
+        acc = f"{100 * sweep.stats(c['acc'])['median']:.2f}" if c["acc"] else "-"
+        nmi = f"{100 * sweep.stats(c['nmi'])['median']:.2f}" if c["nmi"] else "-"
+        print(f"[{done}/{len(todo)}] {d} {m}: median ACC {acc} NMI {nmi} over {len(c['acc'])} "
+              f"seeds, {c['seconds']:.0f} s", flush=True)
+        _write(args.out, ran, f"Last invocation: {done} of {len(todo)} cells run so far, "
+               f"{time.perf_counter() - start:.0f} s.")
+    wall = time.perf_counter() - start
+    _write(args.out, ran, f"Last invocation: {len(todo)} cells run and {kept} kept from an "
+           f"earlier run, {wall:.0f} s wall time with --jobs {args.jobs}." +
+           (f" Skipped (no data or auto-encoder): {'; '.join(skipped)}." if skipped else ""))
+    print(f"{json_path}\n{args.out / 'main_table.md'}\n{wall:.0f} s")
+    return table
+
+
+def _plan(args, table, data_dir):
+    """(cells to run as (dataset, method, auto-encoder, settings, sweep.Group), the number kept
+    from ``table`` (finished for this request), the datasets skipped: no data or auto-encoder,
+    an error where --datasets names them)."""
+    from mesc_tf import data, sweep
+    from mesc_tf.config import get_config
+    from mesc_tf.errors import MescError
 
     todo, kept, skipped = [], 0, []
     for d in args.datasets:
@@ -365,49 +403,23 @@ def main(argv=None):
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)
             todo.append((d, m, ae, s, sweep.Group(s, trials, 0, tag=m)))
-    if not todo and not kept:  # nothing to run, and nothing to record: leave the table be
-        raise MescError(f"no dataset could be run, all {len(skipped)} skipped (the first: "
-                        f"{skipped[0]}); set --data-dir or MESC_DATA_DIR, or name datasets "
-                        "that can run with --datasets")
-    common.check_writable_dir(args.out)  # before any cell runs; made by the first cell
-    for line in skipped:
-        print(f"skipped {line}")
-    print(f"{len(todo)} cells to run, {kept} kept from {json_path}; seeds {args.seeds}, "
-          f"--jobs {args.jobs}" + (f", SMOKE --max-epochs {args.max_epochs}" if args.max_epochs
-                                   else ""))
+    return todo, kept, skipped
 
-    ran = {}  # (dataset, method) -> cell, what this invocation computed
 
-    def write(invocation):
-        # Merge into the file as it is now, under a lock: a `make table DATASETS=usps` run
-        # beside a `make table DATASETS=orl` keeps the other's cells.
-        from mesc_tf.files import atomic_write_text
+def _write(out, ran, invocation):
+    """Merge the cells ``ran`` ({(dataset, method): cell}) into out/main_table.json as it is
+    now, under a lock, and rewrite main_table.md: a `make table DATASETS=usps` run beside a
+    `make table DATASETS=orl` keeps the other's cells."""
+    from mesc_tf.files import atomic_write_text
 
-        args.out.mkdir(parents=True, exist_ok=True)
-        with files.locked(args.out / ".main_table.lock"):
-            merged = load_cells(json_path)
-            for (d, m), cell in ran.items():
-                merged.setdefault(d, {})[m] = cell
-            files.write_json(json_path, merged)
-            atomic_write_text(md_path, render_md(merged, invocation))
-
-    done = 0
-    for res, (d, m, ae, s, _) in _run(todo, args, data_dir):
-        c = ran[d, m] = table.setdefault(d, {})[m] = make_cell(
-            res, ae, s, args.seeds, args, smoke_cap(d, m, args.max_epochs))
-        done += 1
-        acc = f"{100 * sweep.stats(c['acc'])['median']:.2f}" if c["acc"] else "-"
-        nmi = f"{100 * sweep.stats(c['nmi'])['median']:.2f}" if c["nmi"] else "-"
-        print(f"[{done}/{len(todo)}] {d} {m}: median ACC {acc} NMI {nmi} over {len(c['acc'])} "
-              f"seeds, {c['seconds']:.0f} s", flush=True)
-        write(f"Last invocation: {done} of {len(todo)} cells run so far, "
-              f"{time.perf_counter() - start:.0f} s.")
-    wall = time.perf_counter() - start
-    write(f"Last invocation: {len(todo)} cells run and {kept} kept from an earlier run, "
-          f"{wall:.0f} s wall time with --jobs {args.jobs}." +
-          (f" Skipped (no data or auto-encoder): {'; '.join(skipped)}." if skipped else ""))
-    print(f"{json_path}\n{md_path}\n{wall:.0f} s")
-    return table
+    json_path = out / "main_table.json"
+    out.mkdir(parents=True, exist_ok=True)
+    with files.locked(out / ".main_table.lock"):
+        merged = load_cells(json_path)
+        for (d, m), cell in ran.items():
+            merged.setdefault(d, {})[m] = cell
+        files.write_json(json_path, merged)
+        atomic_write_text(out / "main_table.md", render_md(merged, invocation))
 
 
 def _run(todo, args, data_dir):
