@@ -71,14 +71,16 @@ def run_dataset(d, args, results):
                        "finetune_s": rec["result"]["finetune_s"],
                        "per_seed": [{k: c[k] for k in ("seed", "metrics", "confusion", "recall",
                                                         "precision")} for c in cl]}
-        worst = min(range(len(cl[0]["recall"])), key=cl[0]["recall"].__getitem__)
+        n_classes = len(cl[0]["recall"])
+        worst = min(range(n_classes), key=cl[0]["recall"].__getitem__)
         print(f"    ACC {acc[0]:.4f}, seed {cl[0]['seed']}: worst recall "
-              f"{cl[0]['recall'][worst]:.3f} (class {worst + 1})")
+              f"{cl[0]['recall'][worst]:.3f} (class {common.class_names(name, n_classes)[worst]})")
     return d, out
 
 
-def draw(ax, M, recall, precision, title):
-    """One confusion chart: counts, a recall column on the right, a precision row below."""
+def draw(ax, M, recall, precision, title, names=None):
+    """One confusion chart: counts, a recall column on the right, a precision row below;
+    ``names``: the classes' tick labels (default 1..K, the labels)."""
     import numpy as np
 
     M = np.asarray(M, float)
@@ -112,9 +114,9 @@ def draw(ax, M, recall, precision, title):
                         color="white" if dark else "black")
     ax.axhline(k - 0.5, color="black", linewidth=1)
     ax.axvline(k - 0.5, color="black", linewidth=1)
-    ticks = list(range(k + 1))
-    ax.set_xticks(ticks, [str(t + 1) for t in range(k)] + ["recall\n(%)"], fontsize=fs)
-    ax.set_yticks(ticks, [str(t + 1) for t in range(k)] + ["precision (%)"], fontsize=fs)
+    ticks, names = list(range(k + 1)), list(names or (str(t + 1) for t in range(k)))
+    ax.set_xticks(ticks, names + ["recall\n(%)"], fontsize=fs)
+    ax.set_yticks(ticks, names + ["precision (%)"], fontsize=fs)
     ax.set_xlim(-0.5, k + 0.5)
     ax.set_ylim(k + 0.5, -0.5)
     ax.set_xlabel("predicted class (clusters matched by best_map)")
@@ -134,7 +136,8 @@ def figure(name, out, path):
     for ax, r in zip(axes.ravel(), out.values()):
         s = r["per_seed"][0]
         draw(ax, s["confusion"], s["recall"], s["precision"],
-             f"{r['title']}: ACC {100 * s['metrics']['acc']:.2f}% (seed {s['seed']})")
+             f"{r['title']}: ACC {100 * s['metrics']['acc']:.2f}% (seed {s['seed']})",
+             common.class_names(name, k))  # USPS's and MNIST's by their digit
     for ax in axes.ravel()[len(out):]:
         ax.axis("off")
     fig.suptitle(f"{name}: confusion matrices", fontsize=12)

@@ -273,6 +273,22 @@ def test_confusion_counts():
     assert precision.tolist() == pytest.approx([1.0, 1.0, 2 / 3])
 
 
+def test_confusion_ticks_name_digit_classes_by_their_digit(tmp_path):
+    """USPS's and MNIST's labels 1..10 are the digits 0..9: the chart's ticks say the digit,
+    as the t-SNE legend does; other datasets keep their labels."""
+    from experiments import common, confusion
+
+    plt = common.pyplot()
+    M = [[2, 0, 0], [0, 1, 1], [0, 0, 2]]
+    for name, first in (("usps", ["0", "1", "2"]), ("coil20", ["1", "2", "3"])):
+        fig, ax = plt.subplots()
+        confusion.draw(ax, M, [1.0, 0.5, 1.0], [1.0, 1.0, 0.67], "t",
+                       common.class_names(name, 3))
+        assert [t.get_text() for t in ax.get_xticklabels()][:3] == first
+        assert [t.get_text() for t in ax.get_yticklabels()][:3] == first
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("script,args,message", [
     ("ablation", ["--rows", "9"], "invalid choice"),
     ("sensitivity", ["--lambda1", "-1"], "must be >= 0"),
