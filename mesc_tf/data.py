@@ -361,8 +361,9 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
 def _load_usps(root: _Root) -> Dataset:
     path = root.find("usps", "USPS.mat")
     x, gnd = _fea_gnd(path, "usps")
-    if x.size and not float(np.min(x)) < 0:  # already mapped: (x + 1) / 2 would squeeze it
-        raise MescError(f"{path}: fea is in [{float(np.min(x)):g}, {float(np.max(x)):g}], but "
+    finite = x[np.isfinite(x)]  # NaN or inf: _dataset's error names them
+    if finite.size and not finite.min() < 0:  # already mapped: (x + 1) / 2 would squeeze it
+        raise MescError(f"{path}: fea is in [{finite.min():g}, {finite.max():g}], but "
                         "usps reads the USPS.mat whose fea is in [-1, 1] (the data folder's "
                         "SOURCES.md); give that file")
     # fea is in [-1, 1]; the pretrained USPS AE fits [0, 1] best (0.219 vs 0.953 as stored).

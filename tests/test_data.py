@@ -216,6 +216,15 @@ def test_usps_mapped_to_unit_interval(tmp_path):
                  load_dataset, "usps", tmp_path)
 
 
+def test_usps_nan_is_named_as_such(tmp_path):
+    """A NaN in USPS.mat's fea is reported as one, not as a scale "[nan, nan]"."""
+    fea = np.random.default_rng(1).uniform(-1, 1, size=(20, 256))
+    fea[3, 4] = np.nan
+    savemat(tmp_path / "USPS.mat", fea=fea, gnd=np.repeat(np.arange(1, 11), 2)[:, None])
+    msg = expect_error("1 NaN or infinite", load_dataset, "usps", tmp_path)
+    assert str(tmp_path / "USPS.mat") in msg
+
+
 @pytest.mark.parametrize("compress", [True, False])
 def test_mnist_idx(tmp_path, compress):
     rng = np.random.default_rng(2)
