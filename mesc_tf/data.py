@@ -362,7 +362,8 @@ def _load_usps(root: _Root) -> Dataset:
     path = root.find("usps", "USPS.mat")
     x, gnd = _fea_gnd(path, "usps")
     finite = x[np.isfinite(x)]  # NaN or inf: _dataset's error names them
-    if finite.size and not finite.min() < 0:  # already mapped: (x + 1) / 2 would squeeze it
+    # Already mapped ((x + 1) / 2 would squeeze it), or another scale (0..255, -255..255).
+    if finite.size and not -1 <= finite.min() < 0 <= finite.max() <= 1:
         raise MescError(f"{path}: fea is in [{finite.min():g}, {finite.max():g}], but "
                         "usps reads the USPS.mat whose fea is in [-1, 1] (the data folder's "
                         "SOURCES.md); give that file")

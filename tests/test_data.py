@@ -214,6 +214,10 @@ def test_usps_mapped_to_unit_interval(tmp_path):
     savemat(tmp_path / "USPS.mat", fea=(fea + 1) / 2, gnd=gnd)  # already in [0, 1]
     expect_error(r"fea is in \[0, 1\], but usps reads the USPS.mat whose fea is in \[-1, 1\]",
                  load_dataset, "usps", tmp_path)
+    # Another scale that has negative values (-255..255) is no [-1, 1] file either.
+    savemat(tmp_path / "USPS.mat", fea=fea * 255, gnd=gnd)
+    expect_error(r"fea is in \[-255, 255\], but usps reads the USPS.mat whose fea is in \[-1, 1\]",
+                 load_dataset, "usps", tmp_path)
 
 
 def test_usps_nan_is_named_as_such(tmp_path):
