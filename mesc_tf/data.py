@@ -257,6 +257,16 @@ def _warn_unit_range(x, path: Path, what: str, autoencoders: str) -> None:
                       stacklevel=4)
 
 
+def _warn_beyond_unit_range(ds: Dataset, path: Path, autoencoders: str) -> Dataset:
+    """``ds``, with a warning where a dataset fed as stored in [0, 1] (COIL20's) goes beyond 1."""
+    top = float(np.max(ds.x))
+    if top > 1.0:
+        warnings.warn(f"{path}: fea goes up to {top:g}, but {autoencoders} were trained on the "
+                      "standard file's [0, 1]; divide by 255 to use them", MescWarning,
+                      stacklevel=4)
+    return ds
+
+
 def _dataset(name: str, x, y, sources, n_clusters: int | None = None) -> Dataset:
     """Check the loaded arrays against the config and wrap them (labels must be exactly 1..K)."""
     cfg = get_config(name)
@@ -294,7 +304,8 @@ def _load_orl(root: _Root) -> Dataset:
 def _load_coil20(root: _Root) -> Dataset:
     path = root.find("coil20", "COIL20.mat")
     x, gnd = _fea_gnd(path, "coil20")
-    return _dataset("coil20", x, _relabel(gnd), [path])  # [0, 1] as stored
+    return _warn_beyond_unit_range(_dataset("coil20", x, _relabel(gnd), [path]), path,
+                                   "the COIL20 auto-encoders (pretrained/coil20.h5, the authors')")
 
 
 def _load_coil(root: _Root, name: str) -> Dataset:
@@ -423,7 +434,9 @@ def _load_toy(root: _Root) -> Dataset:
                         "benchmark")
     keep = np.isin(gnd, objects)
     y = np.argmax(gnd[keep, None] == objects[None, :], axis=1) + 1
-    return _dataset("toy", x[keep], y, [path], n_clusters=len(objects))
+    return _warn_beyond_unit_range(_dataset("toy", x[keep], y, [path], n_clusters=len(objects)),
+                                   path, "the Toy auto-encoders (pretrained/toy.h5, the authors' "
+                                   "COIL20 one)")
 
 
 LOADERS: dict[str, Callable[..., Dataset]] = {

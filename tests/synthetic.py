@@ -22,10 +22,12 @@ def noisy_blocks(seed=0, sizes=(12, 15, 10, 13)):
     return C[np.ix_(perm, perm)].astype(np.float32), y[perm]
 
 
-def write_fea_gnd(path, n_classes, per_class, pixels=1024, dtype=np.uint8, seed=0, **extra):
-    """A ``fea``/``gnd`` .mat file (the ORL/COIL/USPS layout) of random pixels."""
+def write_fea_gnd(path, n_classes, per_class, pixels=1024, dtype=np.uint8, seed=0, scale=1,
+                  **extra):
+    """A ``fea``/``gnd`` .mat file (the ORL/COIL/USPS layout) of random pixels 0..255 times
+    ``scale`` (COIL20's [0, 1]: 1 / 255)."""
     rng = np.random.default_rng(seed)
-    fea = rng.integers(0, 256, size=(n_classes * per_class, pixels)).astype(dtype)
+    fea = (rng.integers(0, 256, size=(n_classes * per_class, pixels)) * scale).astype(dtype)
     gnd = np.repeat(np.arange(1, n_classes + 1), per_class)[:, None].astype(np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     scipy.io.savemat(str(path), {"fea": fea, "gnd": gnd, **extra})
@@ -67,5 +69,5 @@ def write_data_dir(root):
     """ORL (40 × 10 images) and COIL20 (20 × 72, hence Toy) of random pixels, named and shaped
     as the real files. Returns ``root``."""
     write_fea_gnd(root / "ORL_32x32.mat", 40, 10)
-    write_fea_gnd(root / "COIL20.mat", 20, 72, dtype=np.float64)
+    write_fea_gnd(root / "COIL20.mat", 20, 72, dtype=np.float64, scale=1 / 255)
     return root

@@ -499,6 +499,21 @@ def test_raw_pixel_datasets_in_unit_range_warn(tmp_path, name):
         assert load_dataset(name, tmp_path).x.max() <= 1
 
 
+@pytest.mark.parametrize("name", ["coil20", "toy"])
+def test_coil20_mat_in_0_255_warns(tmp_path, name):
+    """COIL20 (and Toy) are fed as stored, in [0, 1], the scale of their auto-encoders: a
+    COIL20.mat in 0..255 loads, with a warning that names the file and says to divide by 255."""
+    fea, gnd = fea_gnd(20, 2, dtype=np.float64)
+    savemat(tmp_path / "COIL20.mat", fea=fea, gnd=gnd)
+    with pytest.warns(UserWarning, match=r"COIL20.mat: fea goes up to 255, .*\[0, 1\]; divide "
+                      "by 255"):
+        assert load_dataset(name, tmp_path).x.max() == 255
+    savemat(tmp_path / "COIL20.mat", fea=fea / 255, gnd=gnd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_dataset(name, tmp_path)
+
+
 def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_path):
     """COIL20.mat saved as ORL_32x32.mat: the error says the file is not ORL's; it does not
     suggest changing n_clusters, which no benchmark command takes."""

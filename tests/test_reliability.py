@@ -82,7 +82,7 @@ def files(tmp_path_factory):
     f = {"dir": d, "empty": d / "empty"}
     f["empty"].mkdir()
     write_fea_gnd(d / "orl" / "ORL_32x32.mat", 40, 3)  # a valid (small) ORL file
-    write_fea_gnd(d / "coil20" / "COIL20.mat", 20, 12, dtype=np.float64)  # toy: 36 images
+    write_fea_gnd(d / "coil20" / "COIL20.mat", 20, 12, dtype=np.float64, scale=1 / 255)  # toy
     (d / "corrupt_mat").mkdir()
     (d / "corrupt_mat" / "ORL_32x32.mat").write_bytes(b"MATLAB 5.0 MAT-file" + os.urandom(300))
     (d / "corrupt_v73").mkdir()  # an HDF5 (MATLAB v7.3) signature, then garbage
