@@ -250,11 +250,17 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
 
 
 def _warn_unit_range(x, path: Path, what: str, autoencoders: str) -> None:
-    """Warn when a dataset fed raw 0..255 comes from a file already scaled to [0, 1]."""
-    if x.size and float(np.max(x)) <= 1.0:
+    """Warn when a dataset fed raw 0..255 comes from a file already scaled to [0, 1], or from
+    one whose values go beyond 255."""
+    top = float(np.max(x)) if x.size else None  # NaN: _dataset's error names it
+    if top is not None and top <= 1.0:
         warnings.warn(f"{path}: {what} is in [0, 1], but {autoencoders} were trained on the "
                       "standard file's 0..255; multiply by 255 to use them", MescWarning,
                       stacklevel=4)
+    elif top is not None and top > 255:
+        warnings.warn(f"{path}: {what} goes up to {top:g}, but {autoencoders} were trained on "
+                      "the standard file's 0..255; rescale it to 0..255 to use them",
+                      MescWarning, stacklevel=4)
 
 
 def _warn_beyond_unit_range(ds: Dataset, path: Path, autoencoders: str) -> Dataset:

@@ -179,6 +179,7 @@ def _yale_Y(n_img=3, n_subj=4):
     return Y
 
 
+@pytest.mark.filterwarnings("ignore:.*goes up to")  # _yale_Y's pixels encode their place
 @pytest.mark.parametrize("writer", [savemat, save_v73])
 def test_eyaleb_column_major_subject_major(tmp_path, writer):
     Y = _yale_Y()
@@ -512,6 +513,22 @@ def test_coil20_mat_in_0_255_warns(tmp_path, name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_dataset(name, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["orl", "coil40", "eyaleb"])
+def test_raw_pixel_datasets_beyond_255_warn(tmp_path, name):
+    """A file of a dataset fed raw 0..255 whose values go beyond 255 (here 0..65025) loads, with
+    a warning that names the file and the scale its auto-encoders expect."""
+    if name == "eyaleb":
+        fn, Y = "YaleBCrop025.mat", _yale_Y()
+        savemat(tmp_path / fn, Y=Y / Y.max() * 255 ** 2)
+    else:
+        fn, (fea, gnd) = (("ORL_32x32.mat", fea_gnd(40, 2)) if name == "orl" else
+                          ("COIL100.mat", fea_gnd(40, 72)))
+        fea[0, 0] = 255
+        savemat(tmp_path / fn, fea=fea.astype(np.float64) * 255, gnd=gnd)
+    with pytest.warns(UserWarning, match=fn + r": \w+ goes up to 65025, .*0\.\.255; rescale"):
+        assert load_dataset(name, tmp_path).x.max() == 255 ** 2
 
 
 def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_path):
