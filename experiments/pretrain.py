@@ -159,8 +159,9 @@ def _resumed_run(args, ckpt, schedule, n_images):
 
 
 def _metadata(args, cfg, n_images, schedule, recorded, seed, batch_size, info, init_meta,
-              resumed_at, seconds) -> dict:
-    """What the .h5 file records about the run that made it."""
+              resumed_at, seconds, argv=None) -> dict:
+    """What the .h5 file records about the run that made it (``argv``: main's, None for
+    the command line's)."""
     return {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
         "n_samples": n_images, "seed": seed,
@@ -186,7 +187,8 @@ def _metadata(args, cfg, n_images, schedule, recorded, seed, batch_size, info, i
         "channel_activity": info["channel_activity"],
         # This process's seconds plus the recorded training time of the steps it resumed.
         "seconds": seconds,
-        "command": shlex.join(["python", "experiments/pretrain.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "experiments/pretrain.py",
+                               *(sys.argv[1:] if argv is None else map(str, argv))]),
         "versions": provenance.versions(),
         "machine": provenance.machine(),  # other CPUs and BLAS kernels round differently
     }
@@ -304,7 +306,7 @@ def main(argv=None, cleanup=None):
               "auto-encoder reconstructs nothing; train longer or lower --lr", file=sys.stderr)
     seconds = time.perf_counter() - start + earlier_s  # with the steps it resumed
     meta = _metadata(args, cfg, len(ds.x), schedule, recorded, seed, batch_size, info,
-                     init_meta, resumed_at, seconds)
+                     init_meta, resumed_at, seconds, argv)
     save_autoencoder(ae, out, meta)
     if backup is not None:  # the result is safe; its checkpoint would only be stale now
         shutil.rmtree(backup, ignore_errors=True)

@@ -4,6 +4,7 @@ the default output folder, a diverged run and a failed write. Found by mutation 
 test fails on a small bug the older tests let through."""
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -80,11 +81,13 @@ def test_the_file_records_the_run_that_made_it(orl, tmp_path, capsys, tensorboar
     from mesc_tf.weights import load_autoencoder
 
     out = tmp_path / "orl.h5"
-    code, _, err = invoke([*_data(orl), "--seed", "3", "--max-steps", "6", "--patience", "2",
-                           "--min-delta", "0.5", "--tensorboard", tmp_path / "tb", "--out", out],
-                          capsys)
+    argv = [*_data(orl), "--seed", "3", "--max-steps", "6", "--patience", "2", "--min-delta",
+            "0.5", "--tensorboard", tmp_path / "tb", "--out", out]
+    code, _, err = invoke(argv, capsys)
     assert code == 0, err
     ae, meta = load_autoencoder(out, ORL.arch)
+    # main(argv)'s own options, not the calling process's (here pytest's) sys.argv.
+    assert meta["command"] == shlex.join(["python", "experiments/pretrain.py", *map(str, argv)])
     assert (meta["steps"], meta["best_step"], meta["max_steps"]) == (3, 1, 6)
     assert (meta["patience"], meta["min_delta"], meta["seed"]) == (2, 0.5, 3)
     assert meta["resumed_at_step"] is None and meta["init"] is None
