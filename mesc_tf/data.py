@@ -252,7 +252,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
 def _warn_unit_range(x, path: Path, what: str, autoencoders: str) -> None:
     """Warn when a dataset fed raw 0..255 comes from a file already scaled to [0, 1], or from
     one whose values go beyond 255."""
-    top = float(np.max(x)) if x.size else None  # NaN: _dataset's error names it
+    top = float(np.max(x)) if x.size else None
+    if top is not None and not np.isfinite(top):  # NaN or inf: _dataset's error names them
+        return
     if top is not None and top <= 1.0:
         warnings.warn(f"{path}: {what} is in [0, 1], but {autoencoders} were trained on the "
                       "standard file's 0..255; multiply by 255 to use them", MescWarning,

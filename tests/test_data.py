@@ -531,6 +531,18 @@ def test_raw_pixel_datasets_beyond_255_warn(tmp_path, name):
         assert load_dataset(name, tmp_path).x.max() == 255 ** 2
 
 
+def test_an_infinite_pixel_is_an_error_not_a_scale_warning(tmp_path):
+    """An inf among ORL's pixels is the one error line that names it, without a warning before
+    it that the file 'goes up to inf' and should be rescaled."""
+    fea, gnd = fea_gnd(40, 2)
+    fea = fea.astype(np.float64)
+    fea[0, 0] = np.inf
+    savemat(tmp_path / "ORL_32x32.mat", fea=fea, gnd=gnd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        expect_error("1 NaN or infinite", load_dataset, "orl", tmp_path)
+
+
 def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_path):
     """COIL20.mat saved as ORL_32x32.mat: the error says the file is not ORL's; it does not
     suggest changing n_clusters, which no benchmark command takes."""
