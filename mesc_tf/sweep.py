@@ -258,8 +258,9 @@ def record_problem(rec) -> str | None:
 def read_records(path) -> tuple[list[dict], list[tuple[Path, int]]]:
     """The trial records of a JSON-lines file and its unreadable (torn) lines as (file, line
     number) pairs. A torn line (a kill in the middle of a write) is one that does not parse as
-    JSON; any other line that is not a trial record (:func:`record_problem`) means the file is
-    something else, a MescError naming the line.
+    JSON; any other line that is not a trial record (:func:`record_problem`) is a MescError
+    naming it: the line to fix where the file holds trial records too (an edit, a merge), else
+    a file that is something else.
 
     Records in its archive parts (``archive_paths``) come first. Sweeps append to the plain
     file only; renaming a finished file to the next part (``mv orl.jsonl orl.part3.jsonl``)
