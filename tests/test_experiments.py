@@ -183,8 +183,6 @@ def test_convergence_skips_missing_data(data_env, tmp_path):
         assert "coil100" in saved["skipped"]
 
 
-# The smoke run's untrained auto-encoder and few steps leave C without an off-diagonal link,
-# which the run rightly warns of; this test checks the figure and its scores, not the labels.
 def test_convergence_titles_name_the_terms_that_were_run(monkeypatch, tmp_path):
     """--set recon_scale=0.5 or regularizer=l2 changes what the reconstruction and reg curves
     are: the titles say so, not the default Σ(x_r − x)² and entropy."""
@@ -204,6 +202,8 @@ def test_convergence_titles_name_the_terms_that_were_run(monkeypatch, tmp_path):
     assert "0.5" in shown["titles"][5] and "l2" in shown["titles"][6], shown["titles"]
 
 
+# The smoke run's untrained auto-encoder and few steps leave C without an off-diagonal link,
+# which the run rightly warns of; this test checks the figure and its scores, not the labels.
 @pytest.mark.filterwarnings("ignore:post-clustering. C has no nonzero entry off its diagonal")
 def test_tsne(data_env, tmp_path):
     from experiments import tsne
