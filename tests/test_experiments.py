@@ -273,20 +273,20 @@ def test_confusion_counts():
     assert precision.tolist() == pytest.approx([1.0, 1.0, 2 / 3])
 
 
-def test_confusion_ticks_name_digit_classes_by_their_digit(tmp_path):
+def test_confusion_ticks_name_digit_classes_by_their_digit(monkeypatch, tmp_path):
     """USPS's and MNIST's labels 1..10 are the digits 0..9: the chart's ticks say the digit,
     as the t-SNE legend does; other datasets keep their labels."""
     from experiments import common, confusion
 
-    plt = common.pyplot()
-    M = [[2, 0, 0], [0, 1, 1], [0, 0, 2]]
-    for name, first in (("usps", ["0", "1", "2"]), ("coil20", ["1", "2", "3"])):
-        fig, ax = plt.subplots()
-        confusion.draw(ax, M, [1.0, 0.5, 1.0], [1.0, 1.0, 0.67], "t",
-                       common.class_names(name, 3))
-        assert [t.get_text() for t in ax.get_xticklabels()][:3] == first
-        assert [t.get_text() for t in ax.get_yticklabels()][:3] == first
-        plt.close(fig)
+    shown = []
+    monkeypatch.setattr(common, "save_figure", lambda fig, path: shown.append(
+        [[t.get_text() for t in labels()][:3] for labels in (fig.axes[0].get_xticklabels,
+                                                              fig.axes[0].get_yticklabels)]))
+    seed = {"seed": 0, "metrics": {"acc": 0.83}, "confusion": [[2, 0, 0], [0, 1, 1], [0, 0, 2]],
+            "recall": [1.0, 0.5, 1.0], "precision": [1.0, 1.0, 0.67]}
+    for name in ("usps", "coil20"):
+        confusion.figure(name, {"our": {"title": "t", "per_seed": [seed]}}, tmp_path / "c.png")
+    assert shown == [[["0", "1", "2"]] * 2, [["1", "2", "3"]] * 2]
 
 
 @pytest.mark.parametrize("script,args,message", [
