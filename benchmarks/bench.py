@@ -449,8 +449,7 @@ def main(argv=None):
     if args.json:  # before the long runs, not after
         CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
     load_before = os.getloadavg()
-    given = argv if argv is not None else sys.argv[1:]
-    report = {"command": shlex.join(["benchmarks/bench.py", *given]),
+    report = {"command": provenance.command("benchmarks/bench.py", argv),
               "machine": provenance.machine(),
               "tf_cpu_allocator": "bfc" if memory.bfc_allocator() else "default",
               "issue_original": ISSUE, "results": []}

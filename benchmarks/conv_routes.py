@@ -31,7 +31,6 @@ he_normal; times do not depend on them.
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -291,9 +290,8 @@ def main(argv=None):
     from mesc_tf.training import configure_runtime
 
     configure_runtime(deterministic=False)
-    given = argv if argv is not None else sys.argv[1:]
     # What bench.py's report records of the run: the command, the machine, the versions.
-    report = {"command": shlex.join(["benchmarks/conv_routes.py", *given]),
+    report = {"command": provenance.command("benchmarks/conv_routes.py", argv),
               "machine": provenance.machine(), "jit": args.jit, "repeats": args.repeats,
               "seed": args.seed, "datasets": {}}
     print("layer | input → output | Keras ms | stride-1 ms | col2im ms | stride-1 ÷ Keras | "

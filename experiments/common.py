@@ -30,7 +30,6 @@ import contextlib
 import gc
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -609,7 +608,7 @@ class Results:
         self.dir.mkdir(parents=True, exist_ok=True)
         files.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request, **summary,
-            "command": shlex.join([f"experiments/{self.args.experiment}.py", *sys.argv[1:]]),
+            "command": provenance.command(f"experiments/{self.args.experiment}.py"),
             "versions": provenance.versions(), "machine": provenance.machine()})
         md = self.dir / f"{self.args.experiment}.md"
         atomic_write_text(md, markdown)
@@ -663,7 +662,7 @@ def _differences(old, new, prefix=""):
 
 def command_line(name: str) -> str:
     """The markdown line naming the command that made a summary."""
-    return f"Command: `python {shlex.join([f'experiments/{name}.py', *sys.argv[1:]])}`"
+    return f"Command: `python {provenance.command(f'experiments/{name}.py')}`"
 
 
 def request_of(args, **extra) -> dict:

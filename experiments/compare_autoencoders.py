@@ -19,7 +19,6 @@ the dataset's post-clustering. Equal LSR scores with unequal fine-tuned scores p
 fine-tuning dynamics rather than at what the encoder learnt.
 """
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -211,8 +210,7 @@ def main(argv=None):
     original = table.main([*shared, "--out", str(args.out / "original"), *[
         a for d in args.datasets
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
-    command = shlex.join(["experiments/compare_autoencoders.py",
-                          *(sys.argv[1:] if argv is None else map(str, argv))])
+    command = provenance.command("experiments/compare_autoencoders.py", argv)
     keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
             "autoencoder_id", "jobs", "threads_per_job", "machine", "finished")
     for d in args.datasets:

@@ -19,7 +19,6 @@ so the port-vs-graph figures check the model, the losses and Adam, not the conve
 loaders: --against (the authors' C) and tests/test_weights.py's reconstruction errors do.
 """
 
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -205,8 +204,7 @@ def main(argv=None, cleanup=None):
         files.write_json(args.json, {
             "dataset": args.dataset, "n_samples": len(x), "method": args.method,
             "settings": training, "tf1_checkpoint": checkpoint,
-            **figures, "command": shlex.join([  # the argv given to main, if any
-                "experiments/faithfulness.py", *(sys.argv[1:] if argv is None else argv)]),
+            **figures, "command": provenance.command("experiments/faithfulness.py", argv),
             "versions": provenance.versions()})
         print(f"figures: {args.json}")
     return figures

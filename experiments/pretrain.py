@@ -14,7 +14,6 @@ per dataset are in mesc_tf/config.py.
 import argparse
 import dataclasses
 import json
-import shlex
 import shutil
 import sys
 import time
@@ -187,8 +186,7 @@ def _metadata(args, cfg, n_images, schedule, recorded, seed, batch_size, info, i
         "channel_activity": info["channel_activity"],
         # This process's seconds plus the recorded training time of the steps it resumed.
         "seconds": seconds,
-        "command": shlex.join(["python", "experiments/pretrain.py",
-                               *(sys.argv[1:] if argv is None else map(str, argv))]),
+        "command": "python " + provenance.command("experiments/pretrain.py", argv),
         "versions": provenance.versions(),
         "machine": provenance.machine(),  # other CPUs and BLAS kernels round differently
     }

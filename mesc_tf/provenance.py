@@ -6,6 +6,15 @@ import sys
 from pathlib import Path
 
 
+def command(script: str, argv=None) -> str:
+    """The command line that reruns a script: ``script`` (its path from the repository root)
+    and ``argv``, the arguments its main was given (None: this process's, ``sys.argv[1:]``),
+    shlex-quoted so that a path with a space is pasted back as one argument."""
+    import shlex
+
+    return shlex.join([script, *(sys.argv[1:] if argv is None else map(str, argv))])
+
+
 def code_revision() -> str:
     """The git commit of this checkout ('-dirty' with uncommitted changes), else 'unknown':
     also where the package is installed inside some other git repository (a virtualenv kept in

@@ -1287,6 +1287,17 @@ def test_provenance_names_the_libraries_and_the_machine(monkeypatch):
                              for b in m["blas"])
 
 
+def test_the_recorded_command_is_main_s_argv_quoted(monkeypatch):
+    """provenance.command: main's argv where it was given one (not the calling process's, a
+    test runner's), else sys.argv[1:]; paths as text, quoted where they hold a space."""
+    from mesc_tf import provenance
+
+    monkeypatch.setattr(sys, "argv", ["pytest", "-q"])
+    assert provenance.command("x.py", ["--out", Path("a b")]) == "x.py --out 'a b'"
+    assert provenance.command("x.py", []) == "x.py"
+    assert provenance.command("x.py") == "x.py -q"
+
+
 def test_sweep_grid_adds_up_over_repeated_options():
     """sweep.py --grid twice: both axes (the second used to replace the first)."""
     args = _script("sweep").parse_args(["--dataset", "toy", "--grid", "reg1=1,2",
