@@ -420,7 +420,7 @@ def _check_coef_file(p, path, name):
     if shape != (n, n):
         what = "not a .npy array" if shape is None else f"shape {shape}, not ({n}, {n})"
         p.error(f"--coef: {path} is not {name}'s C ({what}); save it with experiments/run.py "
-                f"--dataset {name} --save-coef, or remove it")
+                f"--dataset {name} --save-coef {path} --force, or remove it")
 
 
 def _child_argv(args):

@@ -522,7 +522,8 @@ def test_bench_checks_the_coef_files_before_the_runs(bench, tmp_path, capsys):
             bench.parse_args(["--datasets", f"orl,{name}", "--coef", str(coefs)])
         err = capsys.readouterr().err
         assert e.value.code == 2 and err.count("\n") == 1, err
-        assert f"{path} is not {name}'s C" in err and "--save-coef" in err, err
+        assert f"{path} is not {name}'s C" in err, err
+        assert f"run.py --dataset {name} --save-coef {path} --force," in err, err
         if name == "mnist":
             assert bench.parse_args(["--datasets", "mnist", "--coef", str(coefs), "--e2e"]).e2e
         path.unlink()
