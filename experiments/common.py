@@ -304,8 +304,8 @@ def load_data(name: str, args) -> Data:
                 {"classes": classes, "per_class": per_class})
 
 
-# Datasets whose classes are the digits 0..9: their labels 1..10 are digit + 1 (mesc_tf/data.py;
-# USPS.mat's gnd 1..10 holds the digits 0..9 in that order, as MNIST's files do).
+# Datasets whose classes are the digits 0..9: their labels 1..10 are digit + 1 (mesc_tf/data.py
+# adds 1 to MNIST's digits; USPS.mat's gnd is digit + 1 already, the data folder's SOURCES.md).
 DIGIT_DATASETS = ("mnist", "usps")
 
 
