@@ -494,7 +494,7 @@ def cache_load(cache_dir, key, n):
         if info.get("key") != key:
             return None
         coef = np.load(npy, allow_pickle=False)
-    except (OSError, ValueError):
+    except (OSError, ValueError, EOFError):  # EOFError: an empty .npy
         return None
     if coef.shape != (n, n) or coef.dtype != np.float32:
         return None
@@ -509,7 +509,7 @@ def cache_has(cache_dir, key) -> bool:
         if json.loads(meta.read_text(encoding="utf-8")).get("key") != key:
             return False
         coef = np.load(npy, mmap_mode="r", allow_pickle=False)  # the header, not the n² data
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, EOFError):
         return False
     return coef.ndim == 2 and coef.shape[0] == coef.shape[1] and coef.dtype == np.float32
 

@@ -162,6 +162,10 @@ def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
     stored, seconds = sweep.cache_load(cache, "k", 3)
     np.testing.assert_array_equal(stored, coef)
     assert seconds == 1.5 and sweep.cache_load(cache, "other", 3) is None
+    assert sweep.cache_has(cache, "k") and not sweep.cache_has(cache, "other")
+    # An entry whose C is an empty file (not what cache_store writes) is absent, not an error.
+    sweep._cache_paths(cache, "k")[0].write_bytes(b"")
+    assert sweep.cache_load(cache, "k", 3) is None and not sweep.cache_has(cache, "k")
 
 
 def test_our_wo_net_takes_a_datasets_coupled_settings():
