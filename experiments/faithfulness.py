@@ -101,10 +101,11 @@ def load_against(path, n):
 
     try:
         c = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         # NumPy takes any file that is not .npy or .npz for a pickle; a .npy of Python objects
         # needs one too.
-        why = ("an array of Python objects, not numbers" if "Object arrays" in str(e)
+        why = ("an empty file" if isinstance(e, EOFError)
+               else "an array of Python objects, not numbers" if "Object arrays" in str(e)
                else "not a .npy file" if "pickle" in str(e) else " ".join(str(e).split()))
         raise MescError(f"cannot read --against {path} ({why}); give a .npy file holding an "
                         "n×n C") from None

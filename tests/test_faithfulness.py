@@ -137,6 +137,7 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
     (["--against", "{tmp}/c.npy"], "not the 400×400 C"),
     (["--against", "{tmp}/missing.npy"], "cannot read --against"),
     (["--against", "{tmp}/c.txt"], "c.txt (not a .npy file); give a .npy file"),
+    (["--against", "{tmp}/empty.npy"], "empty.npy (an empty file); give a .npy file"),
     (["--epochs", "1", "--against", "{tmp}/c_wide.npy"],
      "an array of shape (400, 3), not the 400×400 C"),
     (["--samples", "400", "--against", "{tmp}/c.npy"], "not the 400×400 C"),  # all: allowed
@@ -153,6 +154,7 @@ def test_faithfulness_command_refuses_bad_input(argv, message, synthetic_tf1, sy
     np.save(tmp_path / "c4.npy", np.zeros((4, 4), np.float32))  # --samples 3 takes 3, not 4
     np.save(tmp_path / "c_wide.npy", np.zeros((400, 3), np.float32))
     (tmp_path / "c.txt").write_text("1 2 3\n")
+    (tmp_path / "empty.npy").write_bytes(b"")
     np.save(tmp_path / "c_str.npy", np.full((400, 400), "a"))
     np.save(tmp_path / "c_nan.npy", np.full((400, 400), np.nan, np.float32))
     np.save(tmp_path / "c_obj.npy", np.zeros((400, 400), object), allow_pickle=True)
