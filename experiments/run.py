@@ -10,7 +10,6 @@ overridable), runs the shared post-clustering, prints ACC/NMI/PUR/ARI/F1 and wri
 results.json into the run directory.
 """
 
-import shlex
 import shutil
 import sys
 import time
@@ -158,7 +157,8 @@ def main(argv=None, cleanup=None):
         "metrics": m, "f1_unmapped": f1_unmapped(ds.y, result["labels"]),
         "timings": timings, "postcluster": result["postcluster"],
         "final_losses": final,
-        "command": shlex.join(sys.argv), "versions": provenance.versions(),
+        "command": provenance.command("experiments/run.py", argv),
+        "versions": provenance.versions(),
         "machine": provenance.machine(),  # other CPUs and BLAS kernels round C differently
     })
     print(f"results: {out / 'results.json'}")

@@ -6,6 +6,7 @@
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -182,9 +183,12 @@ def test_run_py_takes_a_table_rows_settings(shared_data, tmp_path, monkeypatch, 
     run = load_script("experiments/run.py", "run_cli")
     monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
     out = tmp_path / "run"
-    run.main(["--dataset", "toy", "--method", "dsc_l2", "--epochs", "2", "--recon-scale", "0.25",
-              "--quiet", "--out", str(out)])
+    argv = ["--dataset", "toy", "--method", "dsc_l2", "--epochs", "2", "--recon-scale", "0.25",
+            "--quiet", "--out", str(out)]
+    run.main(argv)
     saved = json.loads((out / "results.json").read_text())
+    # The command main was given (from Python too), as the other scripts record theirs.
+    assert saved["command"] == shlex.join(["experiments/run.py", *argv])
     want = method_settings("toy", "dsc_l2").replace(epochs=2, recon_scale=0.25)
     assert saved["method"] == "dsc_l2" and saved["settings"] == want.to_dict()
     assert want.framework == "coupled" and want.regularizer == "l2"
