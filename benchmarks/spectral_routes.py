@@ -117,7 +117,12 @@ def main(argv=None):
               f"{row['same_labels']}", flush=True)
     print(f"LANCZOS_MAX_PRODUCTS = {pc_fast.LANCZOS_MAX_PRODUCTS}")
     if args.json:
-        report = {"coef": str(args.coef), "clusters": args.clusters, "thr": args.thr,
+        from mesc_tf import provenance
+
+        # As bench.py's: the command, the machine (its BLAS kernels set these times), versions.
+        report = {"command": provenance.command("benchmarks/spectral_routes.py", argv),
+                  "machine": provenance.machine(), "versions": provenance.versions(),
+                  "coef": str(args.coef), "clusters": args.clusters, "thr": args.thr,
                   "variant": args.variant, "seed": args.seed, "rows": rows,
                   "lanczos_max_products": pc_fast.LANCZOS_MAX_PRODUCTS}
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")

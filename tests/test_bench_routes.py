@@ -344,15 +344,21 @@ def test_spectral_routes_main_figures_from_the_routes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pc_fast, "_pretreat_sparse", spy_pretreat)
     monkeypatch.setattr(mod, "time_route", time_route)
+    from mesc_tf import provenance  # what bench.py records, from the same helpers
+
+    monkeypatch.setattr(provenance, "machine", lambda: {"cores": 2})
+    monkeypatch.setattr(provenance, "versions", lambda: {"mesc_tf": "x"})
     out = tmp_path / "routes.json"
-    assert mod.main(["--coef", str(tmp_path / "c.npy"), "--clusters", "5", "--thr", "0.2",
-                     "--settings", "4:8", "--variant", "dsc", "--seed", "9",
-                     "--json", str(out)]) == 0
+    argv = ["--coef", str(tmp_path / "c.npy"), "--clusters", "5", "--thr", "0.2",
+            "--settings", "4:8", "--variant", "dsc", "--seed", "9", "--json", str(out)]
+    assert mod.main(argv) == 0
     assert calls == [(5, 9, True), (5, 9, False)] and variants == ["dsc"]
     report = json.loads(out.read_text())
     # what the figures depend on besides C, so that a report says what was run
     assert {k: report[k] for k in ("clusters", "thr", "variant", "seed")} == {
         "clusters": 5, "thr": 0.2, "variant": "dsc", "seed": 9}
+    assert shlex.split(report["command"]) == ["benchmarks/spectral_routes.py", *argv]
+    assert report["machine"] == {"cores": 2} and report["versions"] == {"mesc_tf": "x"}
     (row,) = report["rows"]
     assert row["break_even_products"] == pytest.approx(300.0)
     assert row["same_labels"] is False and row["ill_posed"] is True
