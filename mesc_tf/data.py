@@ -249,29 +249,20 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     return x[..., None]
 
 
-def _warn_unit_range(x, path: Path, what: str, autoencoders: str) -> None:
-    """Warn when a dataset fed raw 0..255 comes from a file already scaled to [0, 1], or from
-    one whose values go beyond 255."""
-    top = float(np.max(x)) if x.size else None
-    if top is not None and not np.isfinite(top):  # NaN or inf: _dataset's error names them
-        return
-    if top is not None and top <= 1.0:
-        warnings.warn(f"{path}: {what} is in [0, 1], but {autoencoders} were trained on the "
-                      "standard file's 0..255; multiply by 255 to use them", MescWarning,
-                      stacklevel=4)
-    elif top is not None and top > 255:
-        warnings.warn(f"{path}: {what} goes up to {top:g}, but {autoencoders} were trained on "
-                      "the standard file's 0..255; rescale it to 0..255 to use them",
-                      MescWarning, stacklevel=4)
-
-
-def _warn_beyond_unit_range(ds: Dataset, path: Path, autoencoders: str) -> Dataset:
-    """``ds``, with a warning where a dataset fed as stored in [0, 1] (COIL20's) goes beyond 1."""
-    top = float(np.max(ds.x))
-    if top > 1.0:
-        warnings.warn(f"{path}: fea goes up to {top:g}, but {autoencoders} were trained on the "
-                      "standard file's [0, 1]; divide by 255 to use them", MescWarning,
-                      stacklevel=4)
+def _checked_scale(ds: Dataset, path: Path, what: str, autoencoders: str, top: int) -> Dataset:
+    """``ds``, with a warning where its file is not in the scale its auto-encoders were trained
+    on: raw 0..255 (``top`` 255: a file in [0, 1] or beyond 255 warns) or [0, 1] (``top`` 1).
+    Called once ``_dataset`` has checked the file, so that a warning never precedes its error."""
+    peak, scale = float(np.max(ds.x)), "0..255" if top == 255 else "[0, 1]"
+    if top == 255 and peak <= 1.0:
+        found, fix = "is in [0, 1]", "multiply by 255"
+    elif peak > top:
+        found = f"goes up to {peak:g}"
+        fix = "rescale it to 0..255" if top == 255 else "divide by 255"
+    else:
+        return ds
+    warnings.warn(f"{path}: {what} {found}, but {autoencoders} were trained on the standard "
+                  f"file's {scale}; {fix} to use them", MescWarning, stacklevel=4)
     return ds
 
 
@@ -305,15 +296,15 @@ def _load_orl(root: _Root) -> Dataset:
     x, gnd = _fea_gnd(path, "orl")
     # Raw 0..255, no /255: the pretrained ORL AE fits raw pixels (rel. error 0.13; 33 with /255).
     # The row-major reshape transposes the faces, which is the orientation that AE expects.
-    _warn_unit_range(x, path, "fea", "the ORL auto-encoders (pretrained/orl.h5, the authors')")
-    return _dataset("orl", x, _relabel(gnd), [path])
+    return _checked_scale(_dataset("orl", x, _relabel(gnd), [path]), path, "fea",
+                          "the ORL auto-encoders (pretrained/orl.h5, the authors')", 255)
 
 
 def _load_coil20(root: _Root) -> Dataset:
     path = root.find("coil20", "COIL20.mat")
     x, gnd = _fea_gnd(path, "coil20")
-    return _warn_beyond_unit_range(_dataset("coil20", x, _relabel(gnd), [path]), path,
-                                   "the COIL20 auto-encoders (pretrained/coil20.h5, the authors')")
+    return _checked_scale(_dataset("coil20", x, _relabel(gnd), [path]), path, "fea",
+                          "the COIL20 auto-encoders (pretrained/coil20.h5, the authors')", 1)
 
 
 def _load_coil(root: _Root, name: str) -> Dataset:
@@ -328,8 +319,6 @@ def _load_coil(root: _Root, name: str) -> Dataset:
         )
     # As stored: the standard file's uint8 0..255, the scale the authors' COIL40 and COIL100
     # auto-encoders reconstruct (tests/test_weights.py, test_coil100_checkpoints_expect_raw_pixels).
-    _warn_unit_range(x, path, "fea", "the authors' COIL40/COIL100 auto-encoders "
-                     "(--tf1-checkpoint original)")
     k = get_config(name).n_clusters
     # Only where rows are left out (COIL40): a whole file of other objects is _dataset's error.
     if x.shape[0] > n and np.unique(gnd[:n]).size != k:
@@ -338,7 +327,9 @@ def _load_coil(root: _Root, name: str) -> Dataset:
             f"objects 1..{k} x 72 views; the rows must be sorted by object, as in the standard "
             f"COIL100.mat (README, 'Data'): give that file"
         )
-    return _dataset(name, x[:n], _relabel(gnd[:n]), [path])
+    return _checked_scale(_dataset(name, x[:n], _relabel(gnd[:n]), [path]), path, "fea",
+                          "the authors' COIL40/COIL100 auto-encoders (--tf1-checkpoint original)",
+                          255)
 
 
 def _load_coil40(root: _Root) -> Dataset:
@@ -371,10 +362,9 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
     # DSC reshapes each column row-major to 42x48 and transposes: a column-major 48x42 reshape,
     # i.e. the upright MATLAB image. Raw 0..255 (the pretrained AE: 0.039; /255 gives 0.534).
     x = cols.reshape(-1, w, h).transpose(0, 2, 1)
-    _warn_unit_range(x, path, "Y", "the EYaleB auto-encoders (pretrained/eyaleb.h5, the "
-                     "authors')")
     y = np.repeat(np.arange(k), n_img) + 1  # subject index i (0-based) - min + 1
-    return _dataset("eyaleb", x, y, [path], n_clusters=k)
+    return _checked_scale(_dataset("eyaleb", x, y, [path], n_clusters=k), path, "Y",
+                          "the EYaleB auto-encoders (pretrained/eyaleb.h5, the authors')", 255)
 
 
 def _load_usps(root: _Root) -> Dataset:
@@ -442,9 +432,9 @@ def _load_toy(root: _Root) -> Dataset:
                         "benchmark")
     keep = np.isin(gnd, objects)
     y = np.argmax(gnd[keep, None] == objects[None, :], axis=1) + 1
-    return _warn_beyond_unit_range(_dataset("toy", x[keep], y, [path], n_clusters=len(objects)),
-                                   path, "the Toy auto-encoders (pretrained/toy.h5, the authors' "
-                                   "COIL20 one)")
+    return _checked_scale(_dataset("toy", x[keep], y, [path], n_clusters=len(objects)), path,
+                          "fea", "the Toy auto-encoders (pretrained/toy.h5, the authors' COIL20 "
+                          "one)", 1)
 
 
 LOADERS: dict[str, Callable[..., Dataset]] = {

@@ -531,16 +531,22 @@ def test_raw_pixel_datasets_beyond_255_warn(tmp_path, name):
         assert load_dataset(name, tmp_path).x.max() == 255 ** 2
 
 
-def test_an_infinite_pixel_is_an_error_not_a_scale_warning(tmp_path):
-    """An inf among ORL's pixels is the one error line that names it, without a warning before
-    it that the file 'goes up to inf' and should be rescaled."""
+@pytest.mark.parametrize("damage,message", [("inf", "1 NaN or infinite"),
+                                            ("labels", "labels")])
+def test_a_bad_file_is_an_error_not_a_scale_warning_first(tmp_path, damage, message):
+    """An inf among ORL's pixels, or a [0, 1] file with 39 classes, is the one error line that
+    names it, without a scale warning before it ('goes up to inf', 'is in [0, 1]'): the scale
+    is judged once the file passed its checks."""
     fea, gnd = fea_gnd(40, 2)
     fea = fea.astype(np.float64)
-    fea[0, 0] = np.inf
+    if damage == "inf":
+        fea[0, 0] = np.inf
+    else:
+        fea, gnd = fea / 255, np.minimum(gnd, 39)
     savemat(tmp_path / "ORL_32x32.mat", fea=fea, gnd=gnd)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        expect_error("1 NaN or infinite", load_dataset, "orl", tmp_path)
+        expect_error(message, load_dataset, "orl", tmp_path)
 
 
 def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_path):
