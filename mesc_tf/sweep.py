@@ -486,32 +486,37 @@ def _cache_paths(cache_dir, key):
     return Path(cache_dir) / f"{name}.npy", Path(cache_dir) / f"{name}.json"
 
 
-def cache_load(cache_dir, key, n):
-    """(C, seconds it took to train) from the cache, or None if absent, unreadable or not n×n."""
+def _cache_entry(cache_dir, key, n=None):
+    """(C memory-mapped, its metadata) stored under ``key``, or None if absent, unreadable, not
+    a square float32 matrix or (``n`` given) not n×n. Only the .npy header is read here."""
     npy, meta = _cache_paths(cache_dir, key)
     try:
         info = json.loads(meta.read_text(encoding="utf-8"))
-        if info.get("key") != key:
+        if not isinstance(info, dict) or info.get("key") != key:
             return None
-        coef = np.load(npy, allow_pickle=False)
+        coef = np.load(npy, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError):  # EOFError: an empty .npy
         return None
-    if coef.shape != (n, n) or coef.dtype != np.float32:
+    square = coef.ndim == 2 and coef.shape[0] == coef.shape[1] and coef.dtype == np.float32
+    return (coef, info) if square and (n is None or coef.shape[0] == n) else None
+
+
+def cache_load(cache_dir, key, n):
+    """(C, seconds it took to train) from the cache, or None if absent, unreadable or not n×n."""
+    entry = _cache_entry(cache_dir, key, n)
+    if entry is None:
         return None
-    return coef, float(info.get("train_s", 0.0))
+    try:
+        coef = np.array(entry[0])  # read it all now, not through the map
+    except OSError:
+        return None
+    return coef, float(entry[1].get("train_s", 0.0))
 
 
 def cache_has(cache_dir, key) -> bool:
-    """Whether the cache holds a square float32 C under ``key``: what cache_load reads, short
-    of loading it or checking its size against the data (for a --dry-run, which loads none)."""
-    npy, meta = _cache_paths(cache_dir, key)
-    try:
-        if json.loads(meta.read_text(encoding="utf-8")).get("key") != key:
-            return False
-        coef = np.load(npy, mmap_mode="r", allow_pickle=False)  # the header, not the n² data
-    except (OSError, ValueError, AttributeError, EOFError):
-        return False
-    return coef.ndim == 2 and coef.shape[0] == coef.shape[1] and coef.dtype == np.float32
+    """Whether the cache holds a C under ``key`` (for a --dry-run, which loads no data): what
+    cache_load would read, short of checking its size against the data."""
+    return _cache_entry(cache_dir, key) is not None
 
 
 def group_in_cache(group: Group, cache_dir, dataset, ae: AutoencoderSpec, threads=None) -> bool:
