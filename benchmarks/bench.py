@@ -273,8 +273,11 @@ def one_dataset(name, args):
 
 
 def _ignore_interrupts():
-    """In the child, before exec: SIGINT and SIGTERM ignored (Python and main_guard keep an
-    inherited SIG_IGN)."""
+    """In a child (a dataset's bench.py, --e2e's run.py), before exec: SIGINT and SIGTERM
+    ignored, which Python and main_guard keep. bench.py, which gets them too, kills the child
+    and says in one line what the benchmark kept; the child's own line would be a second one
+    (run.py's would say what a training run keeps). The child stays in bench.py's process
+    group, so that a closed terminal (SIGHUP) still ends it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -289,10 +292,7 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
     if epochs is not None:
         cmd += ["--epochs", str(epochs)]
     t = time.perf_counter()
-    # run.py ignores Ctrl-C and SIGTERM: bench.py, which gets them too, kills it below and says
-    # what the benchmark kept (run.py's own line would say what a training run keeps). It stays
-    # in bench.py's process group, so that a closed terminal (SIGHUP) still ends it.
-    proc = subprocess.Popen(cmd, preexec_fn=_ignore_interrupts)
+    proc = subprocess.Popen(cmd, preexec_fn=_ignore_interrupts)  # killed below on Ctrl-C
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM: run.py must not go on training alone
@@ -436,11 +436,6 @@ def _child_argv(args):
 def main(argv=None):
     args = parse_args(argv)
     if args.one:
-        # A dataset's subprocess: Ctrl-C reaches the parent too, which kills this process and
-        # says in one line what was kept (two lines otherwise). SIGTERM ends it without a line,
-        # so that a plain `kill` of this process still works.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         Path(args.json).write_text(json.dumps(one_dataset(args.one, args)))
         return 0
     from mesc_tf import cli, memory, provenance
@@ -468,7 +463,7 @@ def main(argv=None):
             if name in coefs and coefs[name].is_file():
                 cmd += ["--coef-file", str(coefs[name])]
             t = time.perf_counter()
-            proc = subprocess.run(cmd)
+            proc = subprocess.run(cmd, preexec_fn=_ignore_interrupts)  # killed on Ctrl-C
             if proc.returncode != 0 or not out.exists():
                 report["results"].append({"dataset": name,
                                           "error": f"exit status {proc.returncode}"})

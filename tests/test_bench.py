@@ -606,7 +606,7 @@ def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monk
     monkeypatch.setattr(provenance, "versions", dict)
     cmds = []
 
-    def run(cmd):
+    def run(cmd, **kwargs):
         cmds.append(cmd)
         name, out = cmd[cmd.index("--one") + 1], Path(cmd[cmd.index("--json") + 1])
         out.write_text(json.dumps({"dataset": name, "n": 1, "step_ms": {"off": 2.0},
