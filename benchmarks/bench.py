@@ -272,14 +272,39 @@ def one_dataset(name, args):
     return res
 
 
-def _ignore_interrupts():
-    """In a child (a dataset's bench.py, --e2e's run.py), before exec: SIGINT and SIGTERM
-    ignored, which Python and main_guard keep. bench.py, which gets them too, kills the child
-    and says in one line what the benchmark kept; the child's own line would be a second one
-    (run.py's would say what a training run keeps). The child stays in bench.py's process
-    group, so that a closed terminal (SIGHUP) still ends it."""
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _ignore_interrupts(mask):
+    """In a child, before exec: SIGINT and SIGTERM ignored (Python and main_guard keep that),
+    then the parent's signal mask back (see :func:`_run_child`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _run_child(cmd):
+    """Run ``cmd`` (a dataset's bench.py, --e2e's run.py) to its end; os.wait4's (exit status,
+    rusage). The child ignores Ctrl-C and SIGTERM: bench.py, which gets them too, kills it and
+    says in one line what the benchmark kept; the child's own line would be a second one
+    (run.py's would say what a training run keeps). It stays in bench.py's process group, so
+    that a closed terminal (SIGHUP) still ends it. Both signals are blocked while it starts: one
+    that came before Popen returned would leave the child running with no one to kill it."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    proc = None
+    try:
+        proc = subprocess.Popen(cmd, preexec_fn=lambda: _ignore_interrupts(mask))
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile raises here
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # Ctrl-C or SIGTERM: the child must not go on alone
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, not by Popen
+    return proc.returncode, usage
 
 
 def end_to_end(dataset, epochs, coef_path, out_dir):
@@ -292,16 +317,10 @@ def end_to_end(dataset, epochs, coef_path, out_dir):
     if epochs is not None:
         cmd += ["--epochs", str(epochs)]
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, preexec_fn=_ignore_interrupts)  # killed below on Ctrl-C
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    except BaseException:  # Ctrl-C or SIGTERM: run.py must not go on training alone
-        proc.kill()
-        proc.wait()
-        raise
+    exit_status, usage = _run_child(cmd)
     wall = time.perf_counter() - t
     res = {"dataset": dataset, "command": shlex.join(cmd[1:]),
-           "exit_status": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
+           "exit_status": exit_status, "wall_s": round(wall, 1),
            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
     results = Path(out_dir) / "results.json"
     if results.is_file():
@@ -463,10 +482,10 @@ def main(argv=None):
             if name in coefs and coefs[name].is_file():
                 cmd += ["--coef-file", str(coefs[name])]
             t = time.perf_counter()
-            proc = subprocess.run(cmd, preexec_fn=_ignore_interrupts)  # killed on Ctrl-C
-            if proc.returncode != 0 or not out.exists():
+            exit_status, _ = _run_child(cmd)
+            if exit_status != 0 or not out.exists():
                 report["results"].append({"dataset": name,
-                                          "error": f"exit status {proc.returncode}"})
+                                          "error": f"exit status {exit_status}"})
                 continue
             res = json.loads(out.read_text())
             res["wall_s"] = round(time.perf_counter() - t, 1)

@@ -234,6 +234,39 @@ def test_bench_end_to_end_interrupted_says_so_once(tmp_path, sig, status):
     assert returncode == status and errors == ["error: interrupted; bench kept"], err[-2000:]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_bench_child_started_as_the_signal_comes_is_killed(tmp_path, sig):
+    """A signal that reaches bench.py while Popen is still starting its child (the fork done,
+    Popen not returned; CI's failure) kills the child too: it ignores the signal, so it ran on
+    alone, and the test waiting for its output hung. The stand-in Popen signals bench.py
+    itself just before it returns."""
+    pid_file = tmp_path / "child.pid"
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import os, signal, subprocess, sys\n"
+        f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]\n"
+        "from pathlib import Path\nfrom scripts import load_script\nfrom mesc_tf import cli\n"
+        "bench = load_script('benchmarks/bench.py', 'bench')\n"
+        "class Popen(subprocess.Popen):\n    def __init__(self, *a, **k):\n"
+        "        super().__init__(*a, **k)\n"
+        f"        Path({str(pid_file)!r}).write_text(str(self.pid))\n"
+        f"        os.kill(os.getpid(), {int(sig)})\n"
+        "subprocess.Popen = Popen\n"
+        # the child lets go of the test's pipes, so that one left running fails the test at once
+        "cli.main_guard(lambda: bench._run_child([sys.executable, '-c', "
+        "'import os, time; os.close(1); os.close(2); time.sleep(60)']), "
+        "interrupted=lambda: 'interrupted')\n")
+    proc = _run_group([sys.executable, str(driver)], 120)
+    assert proc.returncode == 128 + sig and proc.stderr.count("error:") == 1, proc.stderr
+    child = int(pid_file.read_text())
+    try:
+        os.kill(child, 0)
+    except ProcessLookupError:
+        return  # killed and reaped
+    os.kill(child, signal.SIGKILL)
+    pytest.fail(f"the child {child} was still running")
+
+
 def test_bench_bad_options_are_one_line(tmp_path):
     a_file = tmp_path / "orl.npy"
     a_file.write_bytes(b"")
@@ -606,14 +639,14 @@ def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monk
     monkeypatch.setattr(provenance, "versions", dict)
     cmds = []
 
-    def run(cmd, **kwargs):
+    def run(cmd):
         cmds.append(cmd)
         name, out = cmd[cmd.index("--one") + 1], Path(cmd[cmd.index("--json") + 1])
         out.write_text(json.dumps({"dataset": name, "n": 1, "step_ms": {"off": 2.0},
                                    "ratio_mode": "off", "post": {}, "peak_rss_gib": 1.0}))
-        return subprocess.CompletedProcess(cmd, 1 if name == "eyaleb" else 0)
+        return (1 if name == "eyaleb" else 0), None
 
-    monkeypatch.setattr(bench.subprocess, "run", run)
+    monkeypatch.setattr(bench, "_run_child", run)
     coefs = tmp_path / "coefs"
     coefs.mkdir()
     np.save(coefs / "orl.npy", np.eye(400, dtype=np.float32))  # ORL's n×n
