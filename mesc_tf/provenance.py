@@ -36,21 +36,33 @@ def code_revision() -> str:
     return lines[1].strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+# Each library's distribution, whose metadata gives its version without importing it.
+_DISTRIBUTIONS = {"tensorflow": "tensorflow", "keras": "keras", "numpy": "numpy",
+                  "scipy": "scipy", "sklearn": "scikit-learn", "h5py": "h5py"}
+
+
+def _version(module: str) -> str:
+    """A library's version: its ``__version__`` where it is imported, else its installed
+    metadata (importing TensorFlow takes seconds, which a script that does not use it, such as
+    bench.py's parent, should not spend to record a number); a module installed under another
+    distribution name (tensorflow-cpu, say) is imported."""
+    import importlib
+    from importlib import metadata
+
+    if module not in sys.modules:
+        try:
+            return metadata.version(_DISTRIBUTIONS[module])
+        except metadata.PackageNotFoundError:
+            pass
+    return importlib.import_module(module).__version__
+
+
 def versions() -> dict:
     """This package (with its revision), Python and the libraries whose numbers it depends on."""
-    import h5py
-    import keras
-    import numpy
-    import scipy
-    import sklearn
-    import tensorflow
-
     from mesc_tf import __version__
 
-    return {"mesc_tf": f"{__version__} ({code_revision()})",
-            "python": sys.version.split()[0], "tensorflow": tensorflow.__version__,
-            "keras": keras.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
-            "sklearn": sklearn.__version__, "h5py": h5py.__version__}
+    return {"mesc_tf": f"{__version__} ({code_revision()})", "python": sys.version.split()[0],
+            **{module: _version(module) for module in _DISTRIBUTIONS}}
 
 
 def machine() -> dict:

@@ -1291,6 +1291,20 @@ def test_provenance_names_the_libraries_and_the_machine(monkeypatch):
                              for b in m["blas"])
 
 
+def test_versions_are_read_without_importing_tensorflow():
+    """A script that does not train (bench.py's parent, spectral_routes.py) records the
+    versions without importing TensorFlow (seconds): the same numbers as the modules give."""
+    code = ("import sys, json\nfrom mesc_tf import provenance\nv = provenance.versions()\n"
+            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, v\n"
+            "import tensorflow, keras, numpy, scipy, sklearn, h5py\n"
+            "w = provenance.versions()\n"
+            "assert v == w and w['tensorflow'] == tensorflow.__version__, (v, w)\n"
+            "assert w['keras'] == keras.__version__ and w['sklearn'] == sklearn.__version__\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_the_recorded_command_is_main_s_argv_quoted(monkeypatch):
     """provenance.command: main's argv where it was given one (not the calling process's, a
     test runner's), else sys.argv[1:]; paths as text, quoted where they hold a space."""
