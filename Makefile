@@ -97,7 +97,8 @@ confusion:
 # uses this project's pretrained/<dataset>.h5. main_table.md names the auto-encoder of every cell.
 # ARGS naming ORL's source (--weights orl=F.h5 or ORL=F.h5, --tf1-checkpoint orl=P) or
 # --no-pretrain replace it, and so does a bare --weights F.h5 / --tf1-checkpoint P (every
-# dataset's, ORL's too); `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5. (A table
+# dataset's, ORL's too; the last three in the figure scripts only: table.py takes DATASET=PATH
+# and no --no-pretrain); `make table AUTHORS_AE=` starts ORL from pretrained/orl.h5. (A table
 # without ORL says that it does not use it.) --seeds in ARGS replaces SEEDS.
 _AE_PAIRS = $(join $(ARGS),$(addprefix @,$(wordlist 2,$(words $(ARGS)),$(ARGS))))
 _AE_VALUES = $(patsubst --weights@%,%,$(patsubst --tf1-checkpoint@%,%,$(filter \
