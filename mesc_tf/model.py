@@ -416,6 +416,15 @@ class MESCNet(_OwnLossModel):
         return {**super().get_config(), "n_samples": self.self_expression.n_samples,
                 "settings": self.settings.to_dict()}
 
+    def __call__(self, x, *args, **kwargs):
+        # A batch size known before the step (a dataset of another n's arrays, predict_on_batch,
+        # a direct call) is checked before Keras' __call__ wraps the error in lines of its own.
+        self.autoencoder._check_shape(x)
+        size = (_static_shape(x) or (None,))[0]
+        if size is not None:
+            self._refuse_batch(size)
+        return super().__call__(x, *args, **kwargs)
+
     def call(self, x):
         """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
         z_hat = self.autoencoder.encode(x)
@@ -534,9 +543,13 @@ class MESCNet(_OwnLossModel):
         n = self.self_expression.n_samples
         if z.shape[0] is None:  # known only when the step runs
             tf.debugging.assert_equal(tf.shape(z)[0], n, message=self._batch_rule)
-        elif z.shape[0] != n:
-            raise MescError(f"{self._batch_rule}; got a batch of {z.shape[0]}: train it on all "
-                            "of them, in order, as one batch")
+        else:
+            self._refuse_batch(z.shape[0])
+
+    def _refuse_batch(self, size):
+        if size != self.self_expression.n_samples:
+            raise MescError(f"{self._batch_rule}; got a batch of {size}: give it all of them, "
+                            "in order, as one batch")
 
 
 @_serializable

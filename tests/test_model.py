@@ -650,3 +650,23 @@ def test_overrides_take_keras_positional_arguments_and_load_a_jit_model(tmp_path
     with pytest.warns(MescWarning, match="runs without XLA"):
         loaded = keras.models.load_model(tmp_path / "jit.keras")
     np.testing.assert_array_equal(loaded.coef.numpy(), model.coef.numpy())
+
+
+def test_a_batch_of_another_size_is_one_line_before_keras_wraps_it():
+    """A batch size known before the step (a dataset of another n's array, predict_on_batch,
+    a direct call) reached the check in call(), inside Keras' __call__, which wrapped the
+    MescError in lines of its own ("Exception encountered when calling MESCNet.call()", the
+    arguments, colour codes). It is one line now, and the model trains afterwards."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import adam, full_batch
+
+    model, x = tiny_mescnet(6)
+    model.compile(optimizer=adam(1e-3))
+    for call in (lambda: model(x[:4]), lambda: model.predict_on_batch(x[:4]),
+                 lambda: model.fit(full_batch(x[:4]), steps_per_epoch=1, verbose=0),
+                 lambda: model.predict(tf.data.Dataset.from_tensors(x[:4]), verbose=0)):
+        with pytest.raises(MescError, match="made for 6 samples.*; got a batch of 4") as refused:
+            call()
+        assert "\n" not in str(refused.value)
+    model.fit(x, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 1
