@@ -128,6 +128,17 @@ def _check_images(model, x):
                             "those images first")
 
 
+def _check_save_path(model, filepath):
+    """Keras writes a .h5 or .hdf5 path in its legacy HDF5 format, which does not load these
+    models back (load_model does not know the class, and with custom_objects fails on the
+    weights or the optimizer): refused, before anything is written."""
+    if str(filepath).lower().endswith((".h5", ".hdf5")):
+        own = (" (an auto-encoder in the project's .h5 format, as pretrained/: "
+               "mesc_tf.save_autoencoder)" if isinstance(model, ConvAutoEncoder) else "")
+        raise MescError(f"Keras' legacy HDF5 format does not load a {type(model).__name__} "
+                        f"back: save it as .keras{own}, or its weights as .weights.h5")
+
+
 def _op_determinism() -> bool:
     from tensorflow.python.framework.config import is_op_determinism_enabled  # no public getter
 
@@ -195,6 +206,10 @@ class ConvAutoEncoder(keras.Model):
         problem = _image_shape_problem(self.arch, _static_shape(x))
         if problem:
             raise MescError(problem)
+
+    def save(self, filepath, *args, **kwargs):
+        _check_save_path(self, filepath)
+        return super().save(filepath, *args, **kwargs)
 
     def encode(self, x):
         if not hasattr(x, "shape"):  # a list of images, say
@@ -279,6 +294,10 @@ class _OwnLossModel(keras.Model):
     def get_config(self):
         return {**super().get_config(),
                 "autoencoder": keras.saving.serialize_keras_object(self.autoencoder)}
+
+    def save(self, filepath, *args, **kwargs):
+        _check_save_path(self, filepath)
+        return super().save(filepath, *args, **kwargs)
 
     def compile(self, *args, **kwargs):
         named = _named(keras.Model.compile, args, kwargs)

@@ -702,3 +702,30 @@ def test_on_batch_calls_take_what_fit_takes():
     with pytest.raises(MescError, match="NaN or inf pixels"):
         pretrain.train_on_batch(nan)
     assert np.isfinite(pretrain.train_on_batch(x[:4], return_dict=True)["rel_err"])
+
+
+def test_saving_in_keras_legacy_hdf5_is_refused(tmp_path):
+    """model.save('x.h5') (and ModelCheckpoint('x.h5')) wrote Keras' legacy HDF5 format, which
+    keras.models.load_model could not read back ("Unknown layer: 'MESCNet'", and with
+    custom_objects a model whose optimizer knew none of its variables, or an auto-encoder
+    without its layers), nor load_autoencoder (not the project's .h5). Refused before any file
+    is written; .keras loads back."""
+    import keras
+
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import adam
+
+    model, x = tiny_mescnet(6)
+    model.compile(optimizer=adam(1e-3))
+    for obj, path, message in ((model, "m.h5", r"MESCNet back: save it as \.keras, or"),
+                               (model.autoencoder, "ae.HDF5", "ConvAutoEncoder back: .*"
+                                "save_autoencoder"), (model, "m.hdf5", "legacy HDF5")):
+        with pytest.raises(MescError, match=message):
+            obj.save(tmp_path / path)
+    checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "m_{epoch}.h5"))
+    with pytest.raises(MescError, match="legacy HDF5"):
+        model.fit(x, epochs=1, verbose=0, callbacks=[checkpoint])
+    assert not list(tmp_path.iterdir())
+    model.autoencoder.save(tmp_path / "ae.keras")
+    loaded = keras.models.load_model(tmp_path / "ae.keras")
+    np.testing.assert_array_equal(loaded.encode(x), model.autoencoder.encode(x))
