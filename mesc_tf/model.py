@@ -345,7 +345,10 @@ class _OwnLossModel(keras.Model):
     def fit(self, *args, **kwargs):
         named = _named(keras.Model.fit, args, kwargs)
         _check_images(self, named.get("x"))
-        if named.get("sample_weight") is not None or named.get("class_weight") is not None:
+        validation = named.get("validation_data")  # (x, y, sample_weight): weights too
+        if (named.get("sample_weight") is not None or named.get("class_weight") is not None
+                or isinstance(validation, (tuple, list)) and len(validation) == 3
+                and validation[2] is not None):
             raise self._weights_refused()
         for cb in named.get("callbacks") or ():
             if isinstance(cb, keras.callbacks.BackupAndRestore) and cb.save_freq != "epoch":
@@ -373,6 +376,8 @@ class _OwnLossModel(keras.Model):
     def evaluate(self, *args, **kwargs):
         named = _named(keras.Model.evaluate, args, kwargs)
         _check_images(self, named.get("x"))
+        if named.get("sample_weight") is not None:  # without y, Keras ignored them silently
+            raise self._weights_refused()
         _check_ends(self, named.get("x"), named.get("steps"))
         return super().evaluate(**named)
 
@@ -395,6 +400,8 @@ class _OwnLossModel(keras.Model):
     def test_on_batch(self, *args, **kwargs):
         named = _named(keras.Model.test_on_batch, args, kwargs)
         self._check_batch_images(named.get("x"))
+        if named.get("sample_weight") is not None:
+            raise self._weights_refused()
         return super().test_on_batch(**named)
 
     def predict_on_batch(self, x):

@@ -729,3 +729,26 @@ def test_saving_in_keras_legacy_hdf5_is_refused(tmp_path):
     model.autoencoder.save(tmp_path / "ae.keras")
     loaded = keras.models.load_model(tmp_path / "ae.keras")
     np.testing.assert_array_equal(loaded.encode(x), model.autoencoder.encode(x))
+
+
+def test_sample_weights_without_labels_are_refused_not_ignored():
+    """evaluate(x, sample_weight=w) and fit(..., validation_data=(x, None, w)) gave the
+    unweighted terms without a word (Keras does not pass weights on without y), while
+    fit(x, sample_weight=w) and evaluate(x, x, sample_weight=w) were refused."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam
+
+    model, x = tiny_mescnet(6)
+    w = np.linspace(0, 1, 6).astype(np.float32)
+    for m in (model, PretrainNet(model.autoencoder)):
+        m.compile(optimizer=adam(1e-3))
+        size = dict(batch_size=6) if isinstance(m, PretrainNet) else {}
+        for call in (lambda: m.evaluate(x, sample_weight=w, verbose=0, **size),
+                     lambda: m.test_on_batch(x, sample_weight=w),
+                     lambda: m.fit(x, epochs=1, verbose=0, validation_data=(x, None, w),
+                                   **size)):
+            with pytest.raises(MescError, match="weighs every sample alike"):
+                call()
+        assert int(m.optimizer.iterations) == 0
+    model.fit(x, epochs=1, verbose=0, validation_data=(x, None, None))
