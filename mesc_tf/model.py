@@ -95,6 +95,17 @@ def _static_shape(x):
         return None
 
 
+def _as_images(model, x):
+    """``x`` for a model's __call__: a list of images as one tensor, as ``encode`` takes it (the
+    shape checks needed its shape), a dict refused."""
+    if hasattr(x, "shape"):
+        return x
+    if isinstance(x, dict):
+        raise MescError(f"{type(model).__name__} takes its images as one array (n, h, w, 1), "
+                        "got a dict")
+    return tf.convert_to_tensor(x)
+
+
 def _check_images(model, x):
     """What fit, evaluate and predict refuse at once, before Keras traces a step (an error in
     the trace would come wrapped in Keras' lines): images in a dict or list (Keras' errors
@@ -199,6 +210,7 @@ class ConvAutoEncoder(keras.Model):
 
     def __call__(self, x, *args, **kwargs):
         # Checked before Keras' __call__, which would wrap the error in lines of its own.
+        x = _as_images(self, x)
         self._check_shape(x)
         return super().__call__(x, *args, **kwargs)
 
@@ -325,6 +337,7 @@ class _OwnLossModel(keras.Model):
         self._build_optimizer()
 
     def __call__(self, x, *args, **kwargs):
+        x = _as_images(self, x)
         self.autoencoder._check_shape(x)  # before Keras' __call__ wraps the error
         return super().__call__(x, *args, **kwargs)
 
@@ -467,6 +480,7 @@ class MESCNet(_OwnLossModel):
     def __call__(self, x, *args, **kwargs):
         # A batch size known before the step (a dataset of another n's arrays, predict_on_batch,
         # a direct call) is checked before Keras' __call__ wraps the error in lines of its own.
+        x = _as_images(self, x)
         self.autoencoder._check_shape(x)
         size = (_static_shape(x) or (None,))[0]
         if size is not None:

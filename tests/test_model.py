@@ -752,3 +752,22 @@ def test_sample_weights_without_labels_are_refused_not_ignored():
                 call()
         assert int(m.optimizer.iterations) == 0
     model.fit(x, epochs=1, verbose=0, validation_data=(x, None, None))
+
+
+def test_models_called_on_a_list_of_images():
+    """model(list_of_images) failed with "AttributeError: 'list' object has no attribute
+    'shape'" in the shape check, though encode takes such a list: a list is one tensor now,
+    checked as an array is, and a dict is refused in one line."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import PretrainNet
+
+    model, x = tiny_mescnet(6)
+    for m in (model, model.autoencoder, PretrainNet(model.autoencoder)):
+        np.testing.assert_array_equal(tf.nest.flatten(m(list(x)))[0],
+                                      tf.nest.flatten(m(x))[0])
+        with pytest.raises(MescError, match="got a dict"):
+            m({"x": x})
+        with pytest.raises(MescError, match="no channel axis"):
+            m(list(x[..., 0]))
+    with pytest.raises(MescError, match="made for 6 samples.*; got a batch of 4"):
+        model(list(x[:4]))
