@@ -58,10 +58,20 @@ def configure_runtime(seed=None, deterministic=True):
         tf_config.disable_op_determinism()
 
 
+def _finite_images(x, what):
+    """``x`` as float32, refusing NaN or inf pixels as fit refuses them in an array: a model's
+    fit cannot see a dataset's pixels before its steps (a decoupled model's C stayed finite)."""
+    x = tf.convert_to_tensor(x, tf.float32)
+    if not bool(tf.reduce_all(tf.math.is_finite(x))):
+        raise MescError(f"the images given to {what} hold NaN or inf pixels; clean or drop "
+                        "those images first")
+    return x
+
+
 def full_batch(x):
     """A dataset that yields the whole array as one batch, forever: fit it with
     ``steps_per_epoch=1`` (evaluate and predict with ``steps=1``)."""
-    return tf.data.Dataset.from_tensors(tf.convert_to_tensor(x, tf.float32)).repeat()
+    return tf.data.Dataset.from_tensors(_finite_images(x, "full_batch")).repeat()
 
 
 def minibatches(x, batch_size, seed=0, start_step=0):
@@ -76,7 +86,7 @@ def minibatches(x, batch_size, seed=0, start_step=0):
     batch depends on (seed, s) alone (a stateless shuffle per pass), so a run resumed at step s
     gets the batches the uninterrupted run would have had.
     """
-    x = tf.convert_to_tensor(x, tf.float32)
+    x = _finite_images(x, "minibatches")
     n, b = int(x.shape[0]), int(batch_size)
     if not 1 <= b <= n:
         raise MescError(f"the batch size must be between 1 and the {n} samples, got {b}")

@@ -771,3 +771,21 @@ def test_models_called_on_a_list_of_images():
             m(list(x[..., 0]))
     with pytest.raises(MescError, match="made for 6 samples.*; got a batch of 4"):
         model(list(x[:4]))
+
+
+def test_full_batch_and_minibatches_refuse_nan_pixels():
+    """fit refused NaN pixels in an array, but full_batch(x) of the same images trained: NaN
+    losses and weights without a word, and a decoupled model's C finite, ready to cluster."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import full_batch, minibatches
+
+    x = np.random.default_rng(0).random((6, *TINY.image_shape, 1), dtype=np.float32)
+    for bad in (np.nan, np.inf):
+        images = x.copy()
+        images[2, 3, 4, 0] = bad
+        for make, what in ((lambda: full_batch(images), "full_batch"),
+                           (lambda: minibatches(images, 2), "minibatches")):
+            with pytest.raises(MescError, match=f"given to {what} hold NaN or inf pixels"):
+                make()
+    first = next(iter(full_batch(x)))
+    np.testing.assert_array_equal(first, x)
