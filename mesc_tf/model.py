@@ -245,10 +245,17 @@ class ConvAutoEncoder(keras.Model):
         self(tf.zeros((1, *self.arch.image_shape, 1)))
         return self
 
+    @property
+    def input_batch_shape(self):
+        """(None, h, w, 1): what the models build for. Given to ``build``, Keras records it,
+        and ``export`` takes its signature from there (without, it said the model had "never
+        called", called or not)."""
+        return (None, *self.arch.image_shape, 1)
+
     def build(self, input_shape=None):
         # By shape, layer by layer: keras.models.load_model builds a model before it assigns
         # the saved weights, and it has no input to call the model on.
-        shape = (None, *self.arch.image_shape, 1)
+        shape = self.input_batch_shape
         for layer in self.named_layers:
             if not layer.built:
                 layer.build(shape)
@@ -301,7 +308,7 @@ class _OwnLossModel(keras.Model):
         self.autoencoder = autoencoder
 
     def build(self, input_shape=None):
-        self.autoencoder.build()
+        self.autoencoder.build(self.autoencoder.input_batch_shape)
 
     def get_config(self):
         return {**super().get_config(),
@@ -462,7 +469,7 @@ class MESCNet(_OwnLossModel):
                             f"get_config(name).mesc), got {type(settings).__name__}")
         self._settings = settings
         self.self_expression = SelfExpression(n_samples, settings.coef_init, name="self_expression")
-        self.build()
+        self.build(self.autoencoder.input_batch_shape)
 
     @property
     def settings(self) -> Settings:
@@ -631,7 +638,7 @@ class PretrainNet(_OwnLossModel):
 
     def __init__(self, autoencoder: ConvAutoEncoder, **kwargs):
         super().__init__(autoencoder, **kwargs)
-        self.build()
+        self.build(self.autoencoder.input_batch_shape)
 
     def call(self, x):
         return self.autoencoder(x)

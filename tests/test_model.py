@@ -789,3 +789,20 @@ def test_full_batch_and_minibatches_refuse_nan_pixels():
                 make()
     first = next(iter(full_batch(x)))
     np.testing.assert_array_equal(first, x)
+
+
+def test_export_takes_the_models_image_shape(tmp_path):
+    """model.export(path) after fit said "The model provided has never called. It must be
+    called at least once before export." (the models build by shape on construction, and
+    Keras took no input shape from that). The exported model serves what predict gives."""
+    from mesc_tf.training import adam
+
+    model, x = tiny_mescnet(6)
+    model.compile(optimizer=adam(1e-2))
+    model.fit(x, epochs=1, verbose=0)
+    for m, path in ((model, "mesc"), (model.autoencoder, "ae")):
+        m.export(str(tmp_path / path), verbose=False)
+        loaded = tf.saved_model.load(str(tmp_path / path))  # kept: serve needs its variables
+        served = loaded.serve(tf.constant(x))
+        np.testing.assert_array_equal(tf.nest.flatten(served)[0],
+                                      tf.nest.flatten(m.predict(x, batch_size=6, verbose=0))[0])
