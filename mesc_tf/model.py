@@ -561,10 +561,9 @@ class MESCNet(_OwnLossModel):
                                 "use epochs=, or full_batch(x) with steps_per_epoch")
             named["shuffle"] = False
             named["batch_size"] = self._full_batch(x, named.get("batch_size"))
-        elif isinstance(x, tf.data.Dataset) and _shuffled(x):
-            raise MescError("the dataset given to MESCNet shuffles its images, but row i of C "
-                            "is sample i: give the images in a fixed order (full_batch(x))")
+        self._refuse_shuffled(x)
         validation = named.get("validation_data")
+        self._refuse_shuffled(validation)  # its terms would pair sample i with another's row
         if isinstance(validation, (tuple, list)) and validation and _is_array(validation[0]):
             named["validation_batch_size"] = self._full_batch(
                 validation[0], named.get("validation_batch_size"))
@@ -574,13 +573,21 @@ class MESCNet(_OwnLossModel):
         named = _named(keras.Model.evaluate, args, kwargs)
         if _is_array(named.get("x")):
             named["batch_size"] = self._full_batch(named["x"], named.get("batch_size"))
+        self._refuse_shuffled(named.get("x"))
         return self._with_batch_check(super().evaluate, **named)
 
     def predict(self, *args, **kwargs):
         named = _named(keras.Model.predict, args, kwargs)
         if _is_array(named.get("x")):
             named["batch_size"] = self._full_batch(named["x"], named.get("batch_size"))
+        self._refuse_shuffled(named.get("x"))
         return self._with_batch_check(super().predict, **named)
+
+    @staticmethod
+    def _refuse_shuffled(data):
+        if isinstance(data, tf.data.Dataset) and _shuffled(data):
+            raise MescError("the dataset given to MESCNet shuffles its images, but row i of C "
+                            "is sample i: give the images in a fixed order (full_batch(x))")
 
     def _check_batch_images(self, x):
         super()._check_batch_images(x)

@@ -806,3 +806,23 @@ def test_export_takes_the_models_image_shape(tmp_path):
         served = loaded.serve(tf.constant(x))
         np.testing.assert_array_equal(tf.nest.flatten(served)[0],
                                       tf.nest.flatten(m.predict(x, batch_size=6, verbose=0))[0])
+
+
+def test_evaluation_refuses_a_shuffling_dataset_as_fit_does():
+    """fit refused a dataset with a shuffle step (row i of C is sample i), but evaluate, predict
+    and fit's validation_data took one: terms and C·Z of samples paired with other samples' rows
+    of C, without a word."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import adam
+
+    model, x = tiny_mescnet(6)
+    model.compile(optimizer=adam(1e-2))
+    shuffled = tf.data.Dataset.from_tensor_slices(x).shuffle(6, seed=1).batch(6)
+    for call in (lambda: model.evaluate(shuffled, verbose=0),
+                 lambda: model.predict(shuffled, verbose=0),
+                 lambda: model.fit(x, epochs=1, verbose=0, validation_data=shuffled)):
+        with pytest.raises(MescError, match="shuffles its images"):
+            call()
+    assert int(model.optimizer.iterations) == 0
+    in_order = tf.data.Dataset.from_tensor_slices(x).batch(6)
+    assert model.evaluate(in_order, verbose=0) == model.evaluate(x, verbose=0)
