@@ -382,14 +382,8 @@ class _OwnLossModel(keras.Model):
                     "validation_steps")
         if not _is_array(named.get("x")):  # Keras ignores shuffle for a dataset, but warns
             named.setdefault("shuffle", False)  # if it is True
-        steps, per_call = named.get("steps_per_epoch"), getattr(self, "steps_per_execution", 1)
-        if steps and per_call > 1 and steps % per_call:
-            # Keras runs whole executions: on a repeated dataset, steps_per_epoch 1 with
-            # steps_per_execution 3 makes 3 steps per epoch.
-            ran = -(-steps // per_call) * per_call
-            raise MescError(f"steps_per_epoch {steps} is not a multiple of "
-                            f"steps_per_execution {per_call}: Keras runs whole executions, "
-                            f"{ran} steps per epoch here; make it a multiple")
+        self._check_whole_executions(named.get("steps_per_epoch"), "steps_per_epoch",
+                                     " per epoch")
         self._build_optimizer()
         return super().fit(**named)
 
@@ -399,13 +393,25 @@ class _OwnLossModel(keras.Model):
         if named.get("sample_weight") is not None:  # without y, Keras ignored them silently
             raise self._weights_refused()
         _check_ends(self, named.get("x"), named.get("steps"))
+        self._check_whole_executions(named.get("steps"), "steps")
         return super().evaluate(**named)
 
     def predict(self, *args, **kwargs):
         named = _named(keras.Model.predict, args, kwargs)
         _check_images(self, named.get("x"))
         _check_ends(self, named.get("x"), named.get("steps"))
+        self._check_whole_executions(named.get("steps"), "steps")
         return super().predict(**named)
+
+    def _check_whole_executions(self, steps, what, where=""):
+        """Keras runs whole executions: on a repeated dataset, steps_per_epoch 1 with
+        steps_per_execution 3 made 3 steps per epoch, and predict's steps=1 gave 3n rows."""
+        per_call = getattr(self, "steps_per_execution", 1)
+        if steps and per_call > 1 and steps % per_call:
+            ran = -(-steps // per_call) * per_call
+            raise MescError(f"{what} {steps} is not a multiple of steps_per_execution "
+                            f"{per_call}: Keras runs whole executions, {ran} steps{where} "
+                            "here; make it a multiple")
 
     # The *_on_batch calls take one batch of arrays: checked as fit, evaluate and predict
     # check theirs (they ran on NaN pixels, and a batch of another size was a graph error).

@@ -826,3 +826,20 @@ def test_evaluation_refuses_a_shuffling_dataset_as_fit_does():
     assert int(model.optimizer.iterations) == 0
     in_order = tf.data.Dataset.from_tensor_slices(x).batch(6)
     assert model.evaluate(in_order, verbose=0) == model.evaluate(x, verbose=0)
+
+
+def test_evaluate_and_predict_steps_must_be_whole_executions():
+    """predict(full_batch(x), steps=1) under steps_per_execution 3 gave 3n rows (Keras runs
+    whole executions on a repeated dataset), and evaluate ran 3 steps for 1: refused as fit's
+    steps_per_epoch is; a multiple runs."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.training import adam, full_batch
+
+    model, x = tiny_mescnet(6)
+    model.compile(optimizer=adam(1e-2), steps_per_execution=3)
+    for call in (model.evaluate, model.predict):
+        with pytest.raises(MescError, match="steps 1 is not a multiple of steps_per_execution 3"
+                                            ": Keras runs whole executions, 3 steps here"):
+            call(full_batch(x), steps=1, verbose=0)
+    assert model.predict(full_batch(x), steps=3, verbose=0)[0].shape == (18, 8, 8, 1)
+    assert model.predict(x, verbose=0)[0].shape == (6, 8, 8, 1)
