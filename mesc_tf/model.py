@@ -345,8 +345,11 @@ class _OwnLossModel(keras.Model):
 
     def __call__(self, x, *args, **kwargs):
         x = _as_images(self, x)
-        self.autoencoder._check_shape(x)  # before Keras' __call__ wraps the error
+        self._check_input(x)  # before Keras' __call__ wraps the error
         return super().__call__(x, *args, **kwargs)
+
+    def _check_input(self, x):
+        self.autoencoder._check_shape(x)
 
     def _build_optimizer(self):
         """Make Adam's slots now, not in the first traced step: a trace that fails (an error
@@ -490,15 +493,13 @@ class MESCNet(_OwnLossModel):
         return {**super().get_config(), "n_samples": self.self_expression.n_samples,
                 "settings": self.settings.to_dict()}
 
-    def __call__(self, x, *args, **kwargs):
+    def _check_input(self, x):
         # A batch size known before the step (a dataset of another n's arrays, predict_on_batch,
-        # a direct call) is checked before Keras' __call__ wraps the error in lines of its own.
-        x = _as_images(self, x)
-        self.autoencoder._check_shape(x)
+        # a direct call) too, before Keras' __call__ wraps the error in lines of its own.
+        super()._check_input(x)
         size = (_static_shape(x) or (None,))[0]
         if size is not None:
             self._refuse_batch(size)
-        return super().__call__(x, *args, **kwargs)
 
     def call(self, x):
         """Returns (x_r, Z, C·Z) with Z the flattened latent codes (n × p)."""
