@@ -6,6 +6,7 @@ warnings (MescWarning) are one ``warning:`` line each, and the run goes on.
 """
 
 import argparse
+import contextlib
 import datetime
 import os
 import shutil
@@ -257,6 +258,39 @@ class Terminated(KeyboardInterrupt):
 def _raise_terminated(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     raise Terminated()
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Ctrl-C and SIGTERM that come during the block take effect as it ends (their handlers
+    run then), not in the middle of it: for a step that must not be cut in two, such as
+    starting worker processes that are killed on the way out only once they are registered.
+    Python runs the handlers in the main thread even while it blocks the signals (another
+    thread takes them), so the handlers are swapped, not the signal mask. Signals left to the
+    system (ignored, default) and blocks outside the main thread are as they were."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came, saved, done = [], {}, False
+
+    def hold(signum, frame):
+        if done:  # a handler whose restore an earlier signal cut short
+            return saved[signum](signum, frame)
+        came.append(signum)
+
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                saved[sig] = handler
+                signal.signal(sig, hold)
+        yield
+    finally:
+        done = True
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if came:
+            saved[came[0]](came[0], None)
 
 
 def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):

@@ -683,11 +683,22 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
         return
     from joblib import Parallel, delayed
 
+    from mesc_tf.cli import interrupts_deferred
+
     backend = {"inner_max_num_threads": int(threads)} if threads else {}
     parallel = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered",
                         **backend)
-    yield from parallel(delayed(run_group)(g, threads=threads, parent_pid=os.getpid(), **kwargs)
-                        for g in groups)
+    results = None
+    try:
+        # Starts the workers: a Ctrl-C or SIGTERM between a worker's fork and its registration
+        # would leave it out of those joblib kills on the way out (it went on alone).
+        with interrupts_deferred():
+            results = parallel(delayed(run_group)(g, threads=threads, parent_pid=os.getpid(),
+                                                  **kwargs) for g in groups)
+        yield from results
+    finally:
+        if results is not None:  # stops the workers now, even where this frame lives on
+            results.close()
 
 
 def training_memory(n, arch, n_snapshots):

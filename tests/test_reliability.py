@@ -586,6 +586,56 @@ def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
     assert not survivors
 
 
+def _sweep_signalled_by(tmp_path, files, patch, grid="epochs=1000000 reg1=1,2"):
+    """Run experiments/sweep.py --jobs 2 through main_guard, in a session of its own, after
+    ``patch`` (driver code, where a stand-in sends SIGTERM to the sweep itself; it may append
+    worker pids to the file ``PIDS``): (exit status, stdout, stderr, those pids)."""
+    pids = tmp_path / "pids"
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import os, signal, sys\n"
+        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]\n"
+        f"PIDS = {str(pids)!r}\n"
+        "from scripts import load_script\nfrom mesc_tf import cli\n"
+        "sweep = load_script('experiments/sweep.py', 'sweep_script')\n" + patch +
+        "cli.main_guard(lambda: sweep.main(sys.argv[1:]), interrupted=lambda: 'interrupted')\n")
+    argv = ["--dataset", "toy", "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain",
+            "--grid", grid, "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")]
+    proc = subprocess.Popen([sys.executable, str(driver), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:  # a worker left holding the pipes: the test fails, not hangs
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    worker_pids = [int(p) for p in pids.read_text().split()] if pids.exists() else []
+    return proc.returncode, out, err, worker_pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigterm_as_a_jobs_worker_starts_leaves_no_worker(files, tmp_path):
+    """SIGTERM (or Ctrl-C) that comes while loky starts a --jobs worker (forked, not yet
+    registered, so not killed with the others): the sweep still stops every worker, with one
+    line. The worker went on alone, and failed with a traceback ("LokyProcess-1 failed") once
+    the sweep was gone, or waited for work, holding the terminal's (a test's) pipes."""
+    patch = (
+        "from joblib.externals.loky.backend import fork_exec\n"
+        "real = fork_exec.fork_exec\n"
+        "def fork_exec_then_signal(*a, **k):\n"
+        "    pid = real(*a, **k)\n"
+        "    with open(PIDS, 'a') as f:\n"
+        "        f.write(f'{pid}\\n')\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return pid\n"
+        "fork_exec.fork_exec = fork_exec_then_signal\n")
+    code, out, err, workers = _sweep_signalled_by(tmp_path, files, patch)
+    assert workers, "no worker was started"
+    assert code == 143 and "Traceback" not in out + err, out + err
+    assert [x for x in err.splitlines() if x.startswith("error:")] == ["error: interrupted"], err
+    assert not [p for p in workers if _alive(p)]
+
+
 # --- results never lost -------------------------------------------------------------------------
 
 
@@ -1081,6 +1131,29 @@ def test_main_guard_restores_the_sigterm_handler(capsys):
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_interrupts_deferred_runs_the_handler_at_the_end_of_the_block():
+    """A SIGTERM inside the block reaches its handler as the block ends, once; the handlers
+    are back afterwards; an ignored signal stays ignored."""
+    got = []
+
+    def mine(signum, frame):
+        got.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with cli.interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            assert got == []  # Python would have run the handler by now
+        assert got == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, ignored)
 
 
 def test_force_lets_an_existing_output_file_be_overwritten(tmp_path):
