@@ -695,10 +695,13 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
         with interrupts_deferred():
             results = parallel(delayed(run_group)(g, threads=threads, parent_pid=os.getpid(),
                                                   **kwargs) for g in groups)
-        yield from results
+        for result in results:  # not yield from, which closes results before the finally
+            yield result
     finally:
         if results is not None:  # stops the workers now, even where this frame lives on
-            results.close()
+            with warnings.catch_warnings():  # joblib's note that it cancelled their groups
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
+                results.close()
 
 
 def training_memory(n, arch, n_snapshots):

@@ -636,6 +636,28 @@ def test_sigterm_as_a_jobs_worker_starts_leaves_no_worker(files, tmp_path):
     assert not [p for p in workers if _alive(p)]
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigterm_between_two_results_of_the_jobs_is_one_line(files, tmp_path):
+    """SIGTERM (or Ctrl-C) that comes while the sweep prints a finished group's line, not
+    while it waits for the next: one line, as when it waits. The results generator, left
+    unfinished, was closed on the way out, and joblib warned on stderr that "2 tasks which
+    were still being processed by the workers have been cancelled" (two lines of warnings
+    output before the error line)."""
+    patch = (
+        "import builtins\n"
+        "def print_then_signal(*a, **k):\n"
+        "    builtins.print(*a, **k)\n"
+        "    if a and str(a[0]).startswith('[1/'):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sweep.print = print_then_signal\n")
+    code, out, err, _ = _sweep_signalled_by(tmp_path, files, patch, grid="epochs=2 reg1=1,2,3")
+    assert code == 143 and "[1/3]" in out, out + err
+    # TensorFlow's start-up lines (a worker's) aside, the error line alone.
+    ours = [x for x in err.splitlines() if not x.startswith(("I0000", "W0000", "E0000",
+                                                             "WARNING: All log messages"))]
+    assert ours == ["error: interrupted"], err
+
+
 # --- results never lost -------------------------------------------------------------------------
 
 
