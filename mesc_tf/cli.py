@@ -255,11 +255,6 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a batch system's time limit), handled as Ctrl-C."""
 
 
-def _raise_terminated(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise Terminated()
-
-
 @contextlib.contextmanager
 def interrupts_deferred():
     """Ctrl-C and SIGTERM that come during the block take effect as it ends (their handlers
@@ -304,16 +299,32 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     leaving --jobs workers computing): what is kept and how to go on.
     """
     cleanup = cleanup if cleanup is not None else []
-    # An ignored SIGTERM stays ignored: a parent that stops this process itself asked for it
+    # Set first in each except clause (no handler can run before it): a Ctrl-C or SIGTERM
+    # that comes then (a second Ctrl-C) no longer raises there, out of main_guard (a
+    # traceback, the cleanup half done, no line).
+    ending = False
+
+    def on_signal(signum, frame):
+        if ending:
+            return
+        if signum == signal.SIGTERM:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process at once
+            raise Terminated()
+        raise KeyboardInterrupt()
+
+    previous = {}
+    # An ignored signal stays ignored: a parent that stops this process itself asked for it
     # (benchmarks/bench.py --e2e), as nohup does for SIGHUP.
-    previous = (signal.signal(signal.SIGTERM, _raise_terminated)
-                if threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN else None)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, on_signal)
     try:
         with warnings.catch_warnings():  # restores showwarning afterwards
             warnings.showwarning = _one_line_warning(warnings.showwarning)
             return main()
     except BrokenPipeError:  # stdout's reader ended (run.py | head): stop as SIGPIPE would
+        ending = True
         _remove(cleanup)
         # Python's flush of stdout at exit would fail again, with an "Exception ignored" line
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -326,6 +337,7 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
             os.dup2(devnull, sys.stderr.fileno())
         sys.exit(141)
     except (MescError, OSError) as e:
+        ending = True
         if isinstance(e, MescError) or not (e.strerror and e.filename):
             message = str(e)
         else:
@@ -335,6 +347,7 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
         sys.stderr.write(f"error: {message}\n")
         sys.exit(2)
     except KeyboardInterrupt as e:
+        ending = True
         _remove(cleanup)
         if sys.stdout.isatty():  # end the progress bar's line
             sys.stdout.write("\n")
@@ -342,6 +355,7 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
         sys.stderr.write(f"error: {interrupted()}\n")
         sys.exit(143 if isinstance(e, Terminated) else 130)
     except Exception as e:  # out of memory, in TF or (killed by the system) in a worker
+        ending = True
         _remove(cleanup)
         if isinstance(e, MemoryError):  # NumPy's, for an array too large for the machine
             sys.stderr.write(f"error: out of memory ({one_line(e)}); use a smaller problem or a "
@@ -358,8 +372,9 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
             sys.exit(2)
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            if handler is not None:  # None: not set from Python
+                signal.signal(sig, handler)
 
 
 def _one_line_warning(show):

@@ -1138,6 +1138,35 @@ def test_ctrl_c_removes_a_failed_runs_outputs_too(tmp_path, capsys):
         assert not plain.exists() and (resumable / "checkpoint" / "state.json").exists()
 
 
+@pytest.mark.parametrize("raised,sig,status,line", [
+    ("cli.MescError('bad')", signal.SIGINT, 2, "error: bad"),
+    ("cli.MescError('bad')", signal.SIGTERM, 2, "error: bad"),
+    ("KeyboardInterrupt()", signal.SIGINT, 130, f"error: {cli.INTERRUPTED}"),  # Ctrl-C twice
+])
+def test_a_signal_during_main_guards_cleanup_does_not_cut_it_short(tmp_path, raised, sig,
+                                                                    status, line):
+    """Ctrl-C or SIGTERM while main_guard removes a failed run's outputs (a second Ctrl-C,
+    say): the cleanup ends and the run ends with its one line. It raised in main_guard's
+    except clause, out of main_guard: a traceback, the outputs half removed, no line."""
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        f"import os, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom mesc_tf import cli\n"
+        "real = cli._remove\n"
+        "def remove(paths):\n"
+        f"    os.kill(os.getpid(), {int(sig)})\n"
+        "    real(paths)\n"
+        "cli._remove = remove\n"
+        "def main():\n"
+        f"    raise {raised}\n"
+        f"cli.main_guard(main, [{str(out)!r}])\n")
+    proc = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr) == (status, line + "\n")
+    assert not out.exists()
+
+
 def test_main_guard_restores_the_sigterm_handler(capsys):
     """main_guard turns SIGTERM into an exception only while main runs; afterwards (a script
     run in-process, a test) the caller's handler is back."""
