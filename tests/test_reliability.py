@@ -552,6 +552,20 @@ def _alive(pid):
         return False
 
 
+def _training_workers(pid):
+    """PIDs of a sweep's loky workers (not its two resource trackers, which start first) once
+    they have loaded TensorFlow, which they train with next."""
+    found = []
+    for p in _descendants(pid):
+        try:
+            if ("popen_loky_posix" in Path(f"/proc/{p}/cmdline").read_text()
+                    and "libtensorflow" in Path(f"/proc/{p}/maps").read_text()):
+                found.append(p)
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
     """kill (SIGTERM) of a sweep with --jobs 2 stops its worker processes with it, as Ctrl-C
@@ -560,14 +574,13 @@ def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
         [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "toy",
          "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
          "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers = []
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers, err = [], ""
     try:
         end = time.monotonic() + 180
-        while len([p for p in _descendants(proc.pid) if _alive(p)]) < 2:
+        while len(_training_workers(proc.pid)) < 2:
             assert proc.poll() is None and time.monotonic() < end, "no workers started"
             time.sleep(0.2)
-        time.sleep(3)  # the workers are training
         workers = _descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -575,10 +588,10 @@ def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
         while any(_alive(p) for p in workers) and time.monotonic() < end:
             time.sleep(0.2)
     finally:
-        proc.kill()
         survivors = [p for p in workers if _alive(p)]
-    for p in survivors:  # where the test fails, not the workers' training on
-        os.kill(p, signal.SIGKILL)
+        if survivors or proc.poll() is None:  # where the test fails, not the workers train on
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert proc.returncode == 143, err
     # One error line (a worker's TensorFlow may log after it: they share stderr).
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
