@@ -272,15 +272,10 @@ def one_dataset(name, args):
     return res
 
 
-_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
-
-
-def _ignore_interrupts(mask):
-    """In a child, before exec: SIGINT and SIGTERM ignored (Python and main_guard keep that),
-    then the parent's signal mask back (see :func:`_run_child`)."""
+def _ignore_interrupts():
+    """In a child, before exec: SIGINT and SIGTERM ignored (Python and main_guard keep that)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _run_child(cmd):
@@ -288,21 +283,22 @@ def _run_child(cmd):
     rusage). The child ignores Ctrl-C and SIGTERM: bench.py, which gets them too, kills it and
     says in one line what the benchmark kept; the child's own line would be a second one
     (run.py's would say what a training run keeps). It stays in bench.py's process group, so
-    that a closed terminal (SIGHUP) still ends it. Both signals are blocked while it starts: one
-    that came before Popen returned would leave the child running with no one to kill it."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    that a closed terminal (SIGHUP) still ends it. Both signals are deferred while it starts
+    (cli.interrupts_deferred; a signal mask does not hold them off here, where OpenBLAS has
+    threads): one that came before Popen returned would leave the child running with no one to
+    kill it."""
+    from mesc_tf import cli
+
     proc = None
     try:
-        proc = subprocess.Popen(cmd, preexec_fn=lambda: _ignore_interrupts(mask))
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile raises here
+        with cli.interrupts_deferred():
+            proc = subprocess.Popen(cmd, preexec_fn=_ignore_interrupts)
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM: the child must not go on alone
         if proc is not None:
             proc.kill()
             proc.wait()
         raise
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, not by Popen
     return proc.returncode, usage
 
