@@ -46,6 +46,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import time
 import warnings
 from dataclasses import dataclass
@@ -681,6 +682,8 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
                 result = run_group(g, threads=threads, **kwargs)
             yield result
         return
+    from multiprocessing import resource_tracker
+
     from joblib import Parallel, delayed
 
     from mesc_tf.cli import interrupts_deferred
@@ -693,8 +696,17 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
         # Starts the workers: a Ctrl-C or SIGTERM between a worker's fork and its registration
         # would leave it out of those joblib kills on the way out (it went on alone).
         with interrupts_deferred():
-            results = parallel(delayed(run_group)(g, threads=threads, parent_pid=os.getpid(),
-                                                  **kwargs) for g in groups)
+            # They start with Ctrl-C blocked (fork and exec keep the mask), as this process
+            # stops them: else each printed a KeyboardInterrupt traceback from its imports.
+            # multiprocessing's resource tracker first: starting it unblocks SIGINT (CPython's).
+            resource_tracker.ensure_running()
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                results = parallel(delayed(run_group)(g, threads=threads,
+                                                      parent_pid=os.getpid(), **kwargs)
+                                   for g in groups)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for result in results:  # not yield from, which closes results before the finally
             yield result
     finally:

@@ -680,6 +680,57 @@ def test_sigterm_between_two_results_of_the_jobs_is_one_line(files, tmp_path):
     assert ours == ["error: interrupted"], err
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_ctrl_c_as_the_jobs_workers_start_is_one_line(files, tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) while the --jobs workers import their
+    modules: one line. Each worker printed a KeyboardInterrupt traceback from its imports
+    (numpy's, joblib's) before it: the workers now start with SIGINT blocked, and the sweep,
+    which gets it too, kills them."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "toy",
+         "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
+         "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_signals_default)
+    blocked = []
+    try:
+        end = time.monotonic() + 120
+        while True:  # both workers are up and have begun their imports (numpy), not finished
+            workers = [p for p in _descendants(proc.pid)
+                       if "popen_loky_posix" in _proc_text(p, "cmdline")]
+            if len(workers) == 2 and all("_multiarray_umath" in _proc_text(p, "maps")
+                                         for p in workers):
+                break
+            assert proc.poll() is None and time.monotonic() < end, "no workers started"
+            time.sleep(0.05)
+        blocked = [int(_status_field(p, "SigBlk"), 16) >> (signal.SIGINT - 1) & 1
+                   for p in workers]
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    ours = [x for x in err.splitlines() if not x.startswith(("I0000", "W0000", "E0000",
+                                                             "WARNING: All log messages"))]
+    assert ours == ["error: interrupted; finished trials are kept in the results file: rerun "
+                    "the same command to run the others"], err
+    assert blocked == [1, 1]
+
+
+def _proc_text(pid, name):
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text(errors="replace")
+    except OSError:  # ended meanwhile
+        return ""
+
+
+def _status_field(pid, field):
+    return next((line.split()[1] for line in _proc_text(pid, "status").splitlines()
+                 if line.startswith(field + ":")), "0")
+
+
 # --- results never lost -------------------------------------------------------------------------
 
 
