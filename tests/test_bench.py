@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scripts import load_script  # tests/scripts.py
+from scripts import load_script, signals_default  # tests/scripts.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def _run_group(cmd, timeout):
     """subprocess.run in a session of its own; on timeout the whole group is killed, so that
     a bench.py which wrongly went on to its per-dataset children leaves none behind."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=signals_default)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -153,13 +153,13 @@ def _run_group(cmd, timeout):
 
 
 def _signal_group_when(cmd, ready, sig, env=None):
-    """Start ``cmd`` in a session of its own (Ctrl-C not ignored), send ``sig`` to its group
+    """Start ``cmd`` in a session of its own (signals_default), send ``sig`` to its group
     once ``ready()`` holds (or after 60 s, or once it exited), and return (status, stderr)."""
     import time
 
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        start_new_session=True, preexec_fn=signals_default)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and not ready(proc):

@@ -32,7 +32,7 @@ from mesc_tf.config import get_config
 from mesc_tf.errors import MescError
 from mesc_tf.files import read_backup_state, size_text
 from synthetic import write_fea_gnd, write_tf1_checkpoint  # tests/synthetic.py
-from scripts import load_script  # tests/scripts.py
+from scripts import load_script, signals_default  # tests/scripts.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -575,7 +575,7 @@ def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
          "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
          "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=_signals_default)
+        preexec_fn=signals_default)
     workers, err = [], ""
     try:
         end = time.monotonic() + 180
@@ -600,13 +600,6 @@ def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
     assert not survivors
 
 
-def _signals_default():
-    """preexec_fn: Ctrl-C and SIGTERM as a terminal leaves them, whatever the test runner
-    ignores (an ignored signal stays ignored through main_guard)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _sweep_signalled_by(tmp_path, files, patch, grid="epochs=1000000 reg1=1,2"):
     """Run experiments/sweep.py --jobs 2 through main_guard, in a session of its own, after
     ``patch`` (driver code, where a stand-in sends SIGTERM to the sweep itself; it may append
@@ -624,7 +617,7 @@ def _sweep_signalled_by(tmp_path, files, patch, grid="epochs=1000000 reg1=1,2"):
             "--grid", grid, "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")]
     proc = subprocess.Popen([sys.executable, str(driver), *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_signals_default)
+                            preexec_fn=signals_default)
     try:
         out, err = proc.communicate(timeout=240)
     finally:
@@ -691,7 +684,7 @@ def test_ctrl_c_as_the_jobs_workers_start_is_one_line(files, tmp_path):
          "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
          "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=_signals_default)
+        preexec_fn=signals_default)
     blocked = []
     try:
         end = time.monotonic() + 120
@@ -1235,7 +1228,7 @@ def test_a_signal_during_main_guards_cleanup_does_not_cut_it_short(tmp_path, rai
         f"    raise {raised}\n"
         f"cli.main_guard(main, [{str(out)!r}])\n")
     proc = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True,
-                          timeout=120, preexec_fn=_signals_default)
+                          timeout=120, preexec_fn=signals_default)
     assert (proc.returncode, proc.stderr) == (status, line + "\n")
     assert not out.exists()
 
