@@ -299,9 +299,9 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
     leaving --jobs workers computing): what is kept and how to go on.
     """
     cleanup = cleanup if cleanup is not None else []
-    # Set first in each except clause (no handler can run before it): a Ctrl-C or SIGTERM
-    # that comes then (a second Ctrl-C) no longer raises there, out of main_guard (a
-    # traceback, the cleanup half done, no line).
+    # Set first in each except clause (CPython runs a handler at a call or a backward jump,
+    # none of which comes before it): a Ctrl-C or SIGTERM that comes then (a second Ctrl-C) no
+    # longer raises there, out of main_guard (a traceback, the cleanup half done, no line).
     ending = False
 
     def on_signal(signum, frame):
