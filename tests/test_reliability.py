@@ -566,16 +566,22 @@ def _training_workers(pid):
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
-    """kill (SIGTERM) of a sweep with --jobs 2 stops its worker processes with it, as Ctrl-C
-    does: by default Python dies at once and the workers trained on, orphaned."""
-    proc = subprocess.Popen(
+def _endless_jobs_sweep(files, tmp_path):
+    """experiments/sweep.py --jobs 2 on a grid of two million-step trainings, in a session of
+    its own (to be signalled and, where a test fails, killed as a group)."""
+    return subprocess.Popen(
         [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "toy",
          "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
          "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=signals_default)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigterm_stops_the_jobs_workers_too(files, tmp_path):
+    """kill (SIGTERM) of a sweep with --jobs 2 stops its worker processes with it, as Ctrl-C
+    does: by default Python dies at once and the workers trained on, orphaned."""
+    proc = _endless_jobs_sweep(files, tmp_path)
     workers, err = [], ""
     try:
         end = time.monotonic() + 180
@@ -679,12 +685,7 @@ def test_ctrl_c_as_the_jobs_workers_start_is_one_line(files, tmp_path):
     modules: one line. Each worker printed a KeyboardInterrupt traceback from its imports
     (numpy's, joblib's) before it: the workers now start with SIGINT blocked, and the sweep,
     which gets it too, kills them."""
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "experiments" / "sweep.py"), "--dataset", "toy",
-         "--data-dir", str(files["dir"] / "coil20"), "--no-pretrain", "--grid",
-         "epochs=1000000 reg1=1,2", "--jobs", "2", "--out", str(tmp_path / "sweep.jsonl")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=signals_default)
+    proc = _endless_jobs_sweep(files, tmp_path)
     blocked = []
     try:
         end = time.monotonic() + 120
