@@ -368,11 +368,7 @@ class _OwnLossModel(keras.Model):
     def fit(self, *args, **kwargs):
         named = _named(keras.Model.fit, args, kwargs)
         _check_images(self, named.get("x"))
-        validation = named.get("validation_data")  # (x, y, sample_weight): weights too
-        if (named.get("sample_weight") is not None or named.get("class_weight") is not None
-                or isinstance(validation, (tuple, list)) and len(validation) == 3
-                and validation[2] is not None):
-            raise self._weights_refused()
+        self._refuse_weights(named)
         for cb in named.get("callbacks") or ():
             if isinstance(cb, keras.callbacks.BackupAndRestore) and cb.save_freq != "epoch":
                 # Keras then saves the epoch in progress and runs it again on resuming: here
@@ -393,8 +389,7 @@ class _OwnLossModel(keras.Model):
     def evaluate(self, *args, **kwargs):
         named = _named(keras.Model.evaluate, args, kwargs)
         _check_images(self, named.get("x"))
-        if named.get("sample_weight") is not None:  # without y, Keras ignored them silently
-            raise self._weights_refused()
+        self._refuse_weights(named)
         _check_ends(self, named.get("x"), named.get("steps"))
         self._check_whole_executions(named.get("steps"), "steps")
         return super().evaluate(**named)
@@ -421,16 +416,14 @@ class _OwnLossModel(keras.Model):
     def train_on_batch(self, *args, **kwargs):
         named = _named(keras.Model.train_on_batch, args, kwargs)
         self._check_batch_images(named.get("x"))
-        if named.get("sample_weight") is not None or named.get("class_weight") is not None:
-            raise self._weights_refused()
+        self._refuse_weights(named)
         self._build_optimizer()
         return super().train_on_batch(**named)
 
     def test_on_batch(self, *args, **kwargs):
         named = _named(keras.Model.test_on_batch, args, kwargs)
         self._check_batch_images(named.get("x"))
-        if named.get("sample_weight") is not None:
-            raise self._weights_refused()
+        self._refuse_weights(named)
         return super().test_on_batch(**named)
 
     def predict_on_batch(self, x):
@@ -446,6 +439,16 @@ class _OwnLossModel(keras.Model):
         if sample_weight is not None:
             raise self._weights_refused()
         return tf.cast(x, self.compute_dtype)
+
+    def _refuse_weights(self, named):
+        """Sample or class weights given to fit, evaluate or the *_on_batch calls, or in
+        validation_data's (x, y, sample_weight): refused, as without labels Keras dropped some
+        of them without a word."""
+        validation = named.get("validation_data")
+        if (named.get("sample_weight") is not None or named.get("class_weight") is not None
+                or isinstance(validation, (tuple, list)) and len(validation) == 3
+                and validation[2] is not None):
+            raise self._weights_refused()
 
     def _weights_refused(self):
         return MescError(f"{type(self).__name__} weighs every sample alike; it takes no "
