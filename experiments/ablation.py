@@ -90,7 +90,7 @@ def run_dataset(name, args, results):
         shared = None  # the one fine-tuning of a pretrained row
         for seed in args.seeds:
             key = f"{name}-row{idx}-seed{seed}"
-            spec = {"dataset": name, "subset": d.subset, "n": d.n, "row": idx,
+            spec = {**common.data_spec(d), "row": idx,
                     "me": me, "decoupled": dec, "pretrained": pre, "seed": seed,
                     "settings": settings.to_dict(), **common.ae_spec(src)}
             rec = results.get(key, spec)

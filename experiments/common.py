@@ -273,6 +273,7 @@ class Data:
     y: np.ndarray  # 1..K
     n_clusters: int
     subset: dict  # {"classes": K or None, "per_class": M or None}
+    files: dict | None = None  # data.Dataset.file_hashes of the files read
 
     @property
     def n(self) -> int:
@@ -301,7 +302,7 @@ def load_data(name: str, args) -> Data:
                             "leaves fewer than 2 samples; keep more")
     memory.check_memory(len(x), get_config(name).arch)
     return Data(name, x, y.astype(np.int64), int(len(np.unique(y))),
-                {"classes": classes, "per_class": per_class})
+                {"classes": classes, "per_class": per_class}, ds.file_hashes)
 
 
 # Datasets whose classes are the digits 0..9: their labels 1..10 are digit + 1 (mesc_tf/data.py
@@ -326,7 +327,7 @@ def load_all(args) -> dict:
 def order_by_class(d: Data) -> Data:
     """The same data with samples sorted by label (stable), for block pictures of C."""
     idx = np.argsort(d.y, kind="stable")
-    return Data(d.name, d.x[idx], d.y[idx], d.n_clusters, d.subset)
+    return Data(d.name, d.x[idx], d.y[idx], d.n_clusters, d.subset, d.files)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,10 +470,16 @@ def train(d: Data, settings, src: dict, args, seed: int, inspect=None) -> Traine
     return out
 
 
+def data_spec(d: Data) -> dict:
+    """The data part of a run record's spec: the dataset, its subset and the SHA-256 of each
+    file read, so that a finished run is not reused on other data."""
+    return {"dataset": d.name, "subset": d.subset, "n": d.n, "data_files": d.files}
+
+
 def method_spec(d: Data, method: str, settings, src: dict, args) -> dict:
     """The run-record spec of one method preset fine-tuned once and clustered with args.seeds."""
-    return {"dataset": d.name, "subset": d.subset, "n": d.n, "method": method,
-            "settings": settings.to_dict(), **ae_spec(src), "seeds": args.seeds}
+    return {**data_spec(d), "method": method, "settings": settings.to_dict(), **ae_spec(src),
+            "seeds": args.seeds}
 
 
 def cluster_seeds(coef, d: Data, settings, seeds, keep_labels=False) -> list[dict]:
@@ -578,9 +585,12 @@ class Results:
         if made_by != self.args.experiment:  # tsne, confusion and toy_affinity share keys
             raise MescError(f"{path} is a run of experiments/{made_by}.py, not of "
                             f"{self.args.experiment}.py; give each experiment its own --out")
-        if rec.get("spec") != _norm(spec):
+        want = _norm(spec)
+        if isinstance(rec.get("spec"), dict) and "data_files" not in rec["spec"]:
+            want.pop("data_files", None)  # a record from before the data files were recorded
+        if rec.get("spec") != want:
             raise MescError(f"{path} holds a finished run made with other options "
-                            f"({_diff(rec.get('spec'), _norm(spec))}); choose another --out, or "
+                            f"({_diff(rec.get('spec'), want)}); choose another --out, or "
                             "pass --redo to recompute it")
         self.reused += 1
         return rec

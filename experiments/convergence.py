@@ -63,7 +63,7 @@ def run_dataset(d, args, results):
     src = common.ae_source(args, name)
     settings = common.configure(common.preset(name, "our"), args, "our")
     key = name
-    spec = {"dataset": name, "subset": d.subset, "n": d.n, "settings": settings.to_dict(),
+    spec = {**common.data_spec(d), "settings": settings.to_dict(),
             **common.ae_spec(src), "seeds": args.seeds}
     rec = results.get(key, spec)
     if rec is None:

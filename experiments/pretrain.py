@@ -96,12 +96,14 @@ def parse_args(argv=None):
     return args
 
 
-def _resumed_run(args, ckpt, schedule, n_images):
+def _resumed_run(args, ckpt, schedule, ds):
     """What the checkpoint's run fixed, from its run.json, checked against this command's
-    options: (recorded, the backup state, seed, batch size, schedule). The batch size and seed
-    fix the order of minibatches, so a resumed run must keep them; an option that contradicts
-    the checkpoint (it restores the weights, and the learning rate they had reached) is refused.
+    options and data: (recorded, the backup state, seed, batch size, schedule). The batch size
+    and seed fix the order of minibatches, so a resumed run must keep them; an option that
+    contradicts the checkpoint (it restores the weights, and the learning rate they had reached)
+    is refused, and so are other data files.
     """
+    from mesc_tf.data import ENV_VAR, data_change
     from mesc_tf.errors import MescError
     from mesc_tf.files import read_backup_state
 
@@ -109,14 +111,16 @@ def _resumed_run(args, ckpt, schedule, n_images):
     try:  # no run.json: a checkpoint from before minibatches, so full batch, start unknown
         raw = json.loads(run_file.read_text()) if run_file.exists() else {}
         recorded = {k: raw.get(k) for k in ("batch_size", "seed", "lr", "initializer",
-                                            "init", "dataset", "checkpoint_every")}
+                                            "init", "dataset", "checkpoint_every",
+                                            "data_files")}
         known = set(raw)  # a key set to None: the whole set, no --init, no initializer
         ok = {"batch_size": lambda v: not pretrain_problem("batch_size", v),
               "seed": lambda v: isinstance(v, int) and v >= 0,
               "lr": lambda v: not pretrain_problem("lr", v),
               "initializer": lambda v: v in INITIALIZERS, "init": lambda v: isinstance(v, str),
               "dataset": lambda v: isinstance(v, str),
-              "checkpoint_every": lambda v: isinstance(v, int) and v >= 1}
+              "checkpoint_every": lambda v: isinstance(v, int) and v >= 1,
+              "data_files": lambda v: isinstance(v, dict)}
         if not all(recorded[k] is None or ok[k](recorded[k]) for k in recorded):
             raise ValueError
     except (ValueError, AttributeError):
@@ -127,6 +131,12 @@ def _resumed_run(args, ckpt, schedule, n_images):
         raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
                         f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
                         "pass --force without --resume to start over")
+    # None: a run.json from before the data files were recorded.
+    changed = recorded["data_files"] and data_change(recorded["data_files"], ds.file_hashes)
+    if changed:
+        raise MescError(f"the data changed since the checkpoint {ckpt} was made ({changed}); "
+                        f"point --data-dir or {ENV_VAR} at the data it started from to resume, "
+                        "or pass --force without --resume to start over")
     before = read_backup_state(ckpt)  # the steps kept and their seconds
     step = before["epoch"]
     if step > schedule.max_steps:
@@ -140,7 +150,7 @@ def _resumed_run(args, ckpt, schedule, n_images):
         # None where the key is missing: an older run.json, which did not record it.
         if given is None or (kept is None and name not in known):
             continue
-        if name == "batch_size" and given >= n_images:
+        if name == "batch_size" and given >= len(ds.x):
             given = None  # the whole set, recorded as None
         if name == "init" and kept is not None:
             given, kept = Path(given).resolve(), Path(kept).resolve()
@@ -157,13 +167,15 @@ def _resumed_run(args, ckpt, schedule, n_images):
     return recorded, before, seed, batch_size, schedule
 
 
-def _metadata(args, cfg, n_images, schedule, recorded, seed, batch_size, info, init_meta,
+def _metadata(args, cfg, ds, schedule, recorded, seed, batch_size, info, init_meta,
               resumed_at, seconds, argv=None) -> dict:
     """What the .h5 file records about the run that made it (``argv``: main's, None for
     the command line's)."""
     return {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
-        "n_samples": n_images, "seed": seed,
+        "n_samples": len(ds.x),
+        "data_files": ds.file_hashes,  # SHA-256 by file, as the data folder's SOURCES.md
+        "seed": seed,
         # The run's start: first rate (final_lr: its last) and initializer; after a resume, as
         # the checkpoint's run.json recorded them (None where it predates that).
         "lr": recorded["lr"],
@@ -257,8 +269,7 @@ def main(argv=None, cleanup=None):
     # resumed file's metadata.
     run_file = ckpt / "run.json"
     if args.resume:
-        recorded, before, seed, batch_size, schedule = _resumed_run(args, ckpt, schedule,
-                                                                    len(ds.x))
+        recorded, before, seed, batch_size, schedule = _resumed_run(args, ckpt, schedule, ds)
     else:
         before = None
         seed = args.seed or 0
@@ -270,7 +281,7 @@ def main(argv=None, cleanup=None):
         recorded = {"batch_size": batch_size, "seed": seed, "lr": schedule.lr,
                     "initializer": None if args.init else schedule.initializer,
                     "init": args.init, "dataset": args.dataset,
-                    "checkpoint_every": args.checkpoint_every}
+                    "checkpoint_every": args.checkpoint_every, "data_files": ds.file_hashes}
         if backup is not None:
             if not ckpt.exists() and cleanup is not None:
                 cleanup.append(ckpt)  # removed on failure unless it holds a checkpoint by then
@@ -303,7 +314,7 @@ def main(argv=None, cleanup=None):
         print(f"warning: relative reconstruction error {info['relative_error']:.4g} >= 1: this "
               "auto-encoder reconstructs nothing; train longer or lower --lr", file=sys.stderr)
     seconds = time.perf_counter() - start + earlier_s  # with the steps it resumed
-    meta = _metadata(args, cfg, len(ds.x), schedule, recorded, seed, batch_size, info,
+    meta = _metadata(args, cfg, ds, schedule, recorded, seed, batch_size, info,
                      init_meta, resumed_at, seconds, argv)
     save_autoencoder(ae, out, meta)
     if backup is not None:  # the result is safe; its checkpoint would only be stale now

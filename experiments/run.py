@@ -86,7 +86,7 @@ def main(argv=None, cleanup=None):
         cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
     _checkpointing[0] = backup
-    saved = _check_checkpoint(args, out, settings)
+    saved = _check_checkpoint(args, out, settings, ds.file_hashes)
     before = read_backup_state(backup) if args.resume else None  # the steps kept, their seconds
     if args.resume and args.checkpoint_every is None:  # keep saving as the first run did
         args.checkpoint_every = saved.get("checkpoint_every")
@@ -126,7 +126,8 @@ def main(argv=None, cleanup=None):
         backup.mkdir(parents=True, exist_ok=True)
         files.write_json(backup / "run.json", {**_run_identity(args, settings),
                                              "checkpoint_every": args.checkpoint_every,
-                                             "autoencoder_sha256": spec.sha256})
+                                             "autoencoder_sha256": spec.sha256,
+                                             "data_files": ds.file_hashes})
     print(f"{args.dataset}: {len(ds.x)} images {ds.x.shape[1:3]}, {ds.n_clusters} clusters; "
           f"auto-encoder: {ae_source}")
     print("settings:", settings.to_dict())
@@ -150,6 +151,7 @@ def main(argv=None, cleanup=None):
         print("note:", note)
     files.write_json(out / "results.json", {
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
+        "data_files": ds.file_hashes,  # SHA-256 by file, as the data folder's SOURCES.md
         "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
         "autoencoder": ae_source,
         "autoencoder_id": spec.ident,  # kind and content hash, as the sweep records keep it
@@ -187,12 +189,15 @@ def _run_identity(args, settings):
             "no_pretrain": bool(args.no_pretrain), **s}
 
 
-def _check_checkpoint(args, out, settings):
-    """--resume needs a matching checkpoint; an unfinished one is not silently reused.
+def _check_checkpoint(args, out, settings, data_files):
+    """--resume needs a matching checkpoint (options and data files); an unfinished one is not
+    silently reused.
 
     Returns what the first run recorded in checkpoint/run.json ({} if nothing).
     """
     import json
+
+    from mesc_tf.data import ENV_VAR, data_change
 
     ckpt = out / "checkpoint"
     state = ckpt / "state.json"
@@ -225,6 +230,12 @@ def _check_checkpoint(args, out, settings):
             raise MescError(f"the checkpoint in {ckpt} was made with other options ({changed}); "
                             "resume with the same options, or drop --resume and pass --force "
                             "to start over")
+    # C's rows are the samples the run started from (older checkpoints do not record them).
+    changed = data_change(saved.get("data_files", data_files), data_files)
+    if changed:
+        raise MescError(f"the data changed since the checkpoint in {ckpt} was made ({changed}); "
+                        f"point --data-dir or {ENV_VAR} at the data it started from to resume, "
+                        "or drop --resume and pass --force to start over")
     if epoch > settings.epochs:
         raise MescError(f"the checkpoint in {ckpt} is at step {epoch}, past --epochs "
                         f"{settings.epochs}; resume with --epochs {epoch} or more")

@@ -67,7 +67,7 @@ def run_dataset(name, args, results):
         for j, l2 in enumerate(args.lambda2):
             settings = base.replace(reg1=4.0 * l1, reg2=4.0 * l2)
             key = f"{name}-l1_{fmt(l1)}-l2_{fmt(l2)}"
-            spec = {"dataset": name, "subset": d.subset, "n": d.n, "lambda1": l1, "lambda2": l2,
+            spec = {**common.data_spec(d), "lambda1": l1, "lambda2": l2,
                     "settings": settings.to_dict(), **common.ae_spec(src),
                     "seeds": args.seeds}
             rec = results.get(key, spec)

@@ -119,6 +119,23 @@ def _check_writable(out):
                             "writable --out FILE") from None
 
 
+def _check_data_files(args, records):
+    """Trials of the results file were made from these data files (by SHA-256), else the sweep
+    would mix them with trials of other images under the same keys. Records from before the
+    files were recorded have none."""
+    from mesc_tf.data import ENV_VAR, data_change, load_dataset
+    from mesc_tf.errors import MescError
+
+    now = load_dataset(args.dataset, args.data_dir).file_hashes
+    other = [r for r in records if r["dataset"] == args.dataset
+             and r.get("data_files") not in (None, now)]
+    if other:
+        raise MescError(f"{args.out}: {len(other)} of its {args.dataset} trials were made from "
+                        f"other data files ({data_change(other[0]['data_files'], now)}); give "
+                        f"this sweep another --out FILE, or point --data-dir or {ENV_VAR} at "
+                        "the data they came from")
+
+
 def main(argv=None):
     args = parse_args(argv)
     from mesc_tf import sweep
@@ -139,6 +156,7 @@ def main(argv=None):
                                      args.no_pretrain, arch=get_config(args.dataset).arch)
     if args.summary_only:
         return _summarize_file(args, records, ae, settings)
+    _check_data_files(args, records)
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)

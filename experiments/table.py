@@ -224,6 +224,7 @@ def make_cell(res, ae, settings, seeds, args, max_epochs=None):
         "autoencoder": ae.describe(),
         "autoencoder_id": ae.ident,
         "n_samples": recs[0]["n_samples"],
+        "data_files": recs[0].get("data_files"),  # SHA-256 by file, as the data's SOURCES.md
         "max_epochs": max_epochs,
         "jobs": args.jobs,
         "threads_per_job": args.threads_per_job,
@@ -233,11 +234,12 @@ def make_cell(res, ae, settings, seeds, args, max_epochs=None):
     }
 
 
-def cell_is_current(cell, settings, seeds, ae, max_epochs=None):
+def cell_is_current(cell, settings, seeds, ae, max_epochs=None, data_files=None):
     """Whether a finished cell answers this request: same settings, seeds (in any order: each
-    seed's clustering depends on it alone; the cell keeps its own order) and auto-encoder (by
-    content: sources.autoencoder_hash), and a smoke cell (--max-epochs) only for a smoke request
-    with the same cap."""
+    seed's clustering depends on it alone; the cell keeps its own order), auto-encoder (by
+    content: sources.autoencoder_hash) and data files (by content; a cell from before they were
+    recorded has none), and a smoke cell (--max-epochs) only for a smoke request with the same
+    cap."""
     from mesc_tf import sweep
 
     asked = cell.get("seeds_requested") if isinstance(cell, dict) else None
@@ -246,7 +248,8 @@ def cell_is_current(cell, settings, seeds, ae, max_epochs=None):
             and sorted(asked) == sorted(seeds)
             and sources.autoencoder_hash(str(cell.get("autoencoder_id"))) ==
             sources.autoencoder_hash(ae.ident)
-            and cell.get("max_epochs") == max_epochs)
+            and cell.get("max_epochs") == max_epochs
+            and cell.get("data_files") in (None, data_files))
 
 
 def _pct(values):
@@ -385,7 +388,7 @@ def _plan(args, table, data_dir):
     todo, kept, skipped = [], 0, []
     for d in args.datasets:
         try:
-            data.load_dataset(d, data_dir)
+            data_files = data.load_dataset(d, data_dir).file_hashes
             ae = sources.resolve_autoencoder(d, args.weights.get(d), args.tf1_checkpoint.get(d),
                                              per_dataset=True, arch=get_config(d).arch,
                                              no_pretrain_option=False)
@@ -398,7 +401,7 @@ def _plan(args, table, data_dir):
             cap = smoke_cap(d, m, args.max_epochs)
             s = cell_settings(d, m, cap)
             if not args.force and cell_is_current(table.get(d, {}).get(m), s, args.seeds, ae,
-                                                  cap):
+                                                  cap, data_files):
                 kept += 1
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)

@@ -76,7 +76,7 @@ def run_dataset(d, args, results):
     src = common.ae_source(args, name)
     m = d.n if args.tsne_samples is None else min(args.tsne_samples, d.n)
     sub = np.sort(np.random.default_rng(args.seeds[0]).choice(d.n, m, replace=False))
-    tspec = {"dataset": name, "subset": d.subset, "n": d.n, "points": m,
+    tspec = {**common.data_spec(d), "points": m,
              "seed": args.seeds[0], "perplexity": args.perplexity}
     panels = [{"method": "truth", "title": "Ground truth (input pixels)",
                "emb": embedding(results, f"{name}-tsne-pixels",

@@ -11,6 +11,8 @@ the ``MESC_DATA_DIR`` environment variable, then ``data/`` in the current direct
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gzip
 import os
 import warnings
@@ -23,7 +25,7 @@ import numpy as np
 
 from mesc_tf.config import get_config, is_whole
 from mesc_tf.errors import MescError, MescWarning, one_line
-from mesc_tf.files import as_path
+from mesc_tf.files import as_path, sha256_of
 
 ENV_VAR = "MESC_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
@@ -42,10 +44,33 @@ class Dataset:
     y: np.ndarray = field(repr=False)
     n_clusters: int
     source: tuple[Path, ...]  # the file(s) read
+    data_dir: Path | None = None  # the data folder they were found in
 
     @property
     def n_samples(self) -> int:
         return int(self.x.shape[0])
+
+    @functools.cached_property
+    def file_hashes(self) -> dict[str, str]:
+        """SHA-256 of each file read, by its path in the data folder (as the data folder's
+        SOURCES.md lists them): what the run records say the numbers came from, and what
+        resuming and reusing finished runs compare."""
+        root = self.data_dir
+        return {(p.relative_to(root).as_posix() if root else p.name): sha256_of([p])
+                for p in self.source}
+
+
+def data_change(recorded, now: dict) -> str | None:
+    """None where ``now`` (a :attr:`Dataset.file_hashes`) equals what a record or checkpoint
+    holds, else which files differ, for an error line."""
+    if recorded == now:
+        return None
+    if not isinstance(recorded, dict):
+        return f"recorded {recorded!r}, now {now}"
+    short = lambda h: f"{h[:12]}…" if isinstance(h, str) else "none"  # noqa: E731
+    return "; ".join(f"{name}: sha256 {short(recorded.get(name))} then, {short(now.get(name))} now"
+                     for name in sorted(set(recorded) | set(now))
+                     if recorded.get(name) != now.get(name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,7 +483,9 @@ def load_dataset(name: str, data_dir=None, *, n_subjects: int | None = None) -> 
     cfg = get_config(name)  # MescError for an unknown name
     root = _Root(*_choose_data_dir(data_dir))
     if n_subjects is None:
-        return LOADERS[cfg.name](root)
-    if cfg.name != "eyaleb":
+        ds = LOADERS[cfg.name](root)
+    elif cfg.name != "eyaleb":
         raise MescError(f"n_subjects applies only to eyaleb, not {cfg.name}; leave it out")
-    return LOADERS[cfg.name](root, n_subjects=n_subjects)
+    else:
+        ds = LOADERS[cfg.name](root, n_subjects=n_subjects)
+    return dataclasses.replace(ds, data_dir=root.path)

@@ -4,6 +4,7 @@ encoding of NumPy values and paths, and the check of path arguments (no TensorFl
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -19,6 +20,16 @@ def as_path(value, what) -> Path:
         raise MescError(f"{what} must be a path (a str or pathlib.Path), got "
                         f"{type(value).__name__} {value!r}")
     return Path(value)
+
+
+def sha256_of(paths) -> str:
+    """SHA-256 of the files' bytes, one after the other."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def json_default(o):

@@ -7,13 +7,13 @@ Sweeps resolve and hash in the parent process and load in the workers, so resolv
 (:meth:`AutoencoderSpec.load`, TensorFlow) are separate steps; :func:`get_autoencoder` does both.
 """
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError
+from mesc_tf.files import sha256_of
 
 
 def pretrained_path(dataset: str) -> Path:
@@ -33,15 +33,6 @@ def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --n
                         f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
                         f"or pass {options}")
     return path
-
-
-def _sha256(paths) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -110,7 +101,7 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
                     if tf1_checkpoint == "original" else "give the prefix without .index/.data")
             raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
                             f"{prefix.name}.data-*); {hint}")
-        return AutoencoderSpec("tf1", str(prefix), _sha256([index, *data]))
+        return AutoencoderSpec("tf1", str(prefix), sha256_of([index, *data]))
     if weights:
         from mesc_tf.weights import require_h5
 
@@ -118,7 +109,7 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
         # user's own, and the hint is how to make a file.
         path = require_h5(Path(weights).expanduser().absolute(),
                           *([w] if per_dataset else []))
-        return _checked(AutoencoderSpec("weights", str(path), _sha256([path])), arch)
+        return _checked(AutoencoderSpec("weights", str(path), sha256_of([path])), arch)
     if no_pretrain:
         return AutoencoderSpec("none")
     if not dataset:
@@ -126,7 +117,7 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
                         "no_pretrain=True to say which one")
     options = f"{w}, {t} or --no-pretrain" if no_pretrain_option else f"{w} or {t}"
     path = require_pretrained(dataset, options)
-    return _checked(AutoencoderSpec("pretrained", str(path.absolute()), _sha256([path])), arch)
+    return _checked(AutoencoderSpec("pretrained", str(path.absolute()), sha256_of([path])), arch)
 
 
 def _checked(spec: AutoencoderSpec, arch) -> AutoencoderSpec:

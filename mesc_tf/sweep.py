@@ -642,7 +642,8 @@ def _scored_trial(trial, group, trained, ds, dataset, ae, method, code) -> dict:
     rec = {
         "dataset": dataset, "method": method or group.tag, "seed": trial.seed,
         "settings": normalized(s), "autoencoder": ae.describe(),
-        "autoencoder_id": ae.ident, "n_samples": len(ds.x), "code": code, "metrics": None,
+        "autoencoder_id": ae.ident, "n_samples": len(ds.x), "data_files": ds.file_hashes,
+        "code": code, "metrics": None,
         "error": None,
         "shared_training": {"steps_run": trained.steps_run, "snapshots": group.steps,
                             "trials": len(group.trials),

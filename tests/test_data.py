@@ -1,6 +1,7 @@
 """Tests for mesc_tf.data: synthetic files in tmp_path, plus the real files when present."""
 
 import gzip
+import hashlib
 import os
 import warnings
 
@@ -242,6 +243,10 @@ def test_mnist_idx(tmp_path, compress):
     assert ds.x.shape == (20, 28, 28, 1)
     np.testing.assert_array_equal(ds.x[..., 0], images)  # raw, row-major, file order
     np.testing.assert_array_equal(ds.y, digits + 1)
+    # What the run records name: each file read, by its path in the data folder, and its SHA-256.
+    names = [f"mnist/t10k-{kind}-ubyte{suffix}" for kind in ("images-idx3", "labels-idx1")]
+    assert ds.file_hashes == {n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest()
+                              for n in names}
 
 
 def test_mnist_errors(tmp_path):

@@ -901,6 +901,38 @@ def test_toy_affinity_orders_by_class_resumes_and_guards(fake_train, tmp_path):
     assert "| 0.00000 | 0.00000 | 0.1000 | 0.0000 |" in md
 
 
+def test_finished_runs_are_not_reused_on_other_data(fake_train, tmp_path):
+    """A run record names the SHA-256 of each data file it was made from: after a file changed
+    the record is refused (not reused for other data), and a record from before data files were
+    recorded is reused as before."""
+    import gzip
+    import hashlib
+    import shutil
+
+    from experiments import toy_affinity
+    from mesc_tf.errors import MescError
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(fake_train.data / "mnist", data_dir / "mnist")
+    out = tmp_path / "toy"
+    argv = [*SMOKE, "--no-pretrain", "--datasets", "mnist", "--methods", "our",
+            "--data-dir", str(data_dir), "--out", str(out)]
+    toy_affinity.main(argv)
+    record = out / "runs" / "mnist-our.json"
+    labels = data_dir / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    spec = json.loads(record.read_text())["spec"]
+    assert spec["data_files"]["mnist/t10k-labels-idx1-ubyte.gz"] == hashlib.sha256(
+        labels.read_bytes()).hexdigest()
+    labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes()), compresslevel=1))
+    with pytest.raises(MescError, match=r"other options \(data_files\.mnist/t10k-labels"):
+        toy_affinity.main(argv)
+    rec = json.loads(record.read_text())
+    del rec["spec"]["data_files"]
+    record.write_text(json.dumps(rec))
+    toy_affinity.main(argv)
+    assert len(fake_train.calls) == 1
+
+
 def test_compare_autoencoders_names_are_case_blind_and_default_to_our(tf1_ckpts):
     from experiments import compare_autoencoders
 

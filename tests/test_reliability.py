@@ -926,7 +926,8 @@ def test_pretrain_resume_keeps_the_minibatch_order(files, tmp_path, capsys, monk
     assert code == 0, err
     monkeypatch.undo()
     assert written == [{"batch_size": 50, "seed": 7, "lr": 2e-3, "initializer": "glorot_uniform",
-                        "init": None, "dataset": "orl", "checkpoint_every": 1}]
+                        "init": None, "dataset": "orl", "checkpoint_every": 1,
+                        "data_files": load_dataset("orl", files["dir"] / "orl").file_hashes}]
     assert read_autoencoder_file(first)[1]["batch_size"] == 50
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first.h5"]  # checkpoint dropped
     # An interrupted run's checkpoint, as pretrain.py leaves it (state and run.json).
@@ -1385,6 +1386,63 @@ def test_resume_refuses_an_autoencoder_file_that_changed(files, tmp_path, capsys
     code, _, err = invoke(RUN, [*argv, "--resume"], capsys)
     assert code == 2
     assert_one_error_line(err, "the file changed since the checkpoint", "--force")
+
+
+def test_resume_refuses_data_that_changed_and_results_name_the_files(files, tmp_path, capsys):
+    """results.json records each data file's SHA-256 (the data's SOURCES.md lists the same),
+    and so does the checkpoint: after the data file was replaced by another of the same shape,
+    --resume is refused (C's rows would be other images). A checkpoint that records no data
+    files (made before they were recorded) resumes."""
+    import hashlib
+
+    data_dir = tmp_path / "data"
+    write_fea_gnd(data_dir / "ORL_32x32.mat", 40, 3)
+    out = tmp_path / "run"
+    argv = ["--dataset", "orl", "--data-dir", data_dir, "--no-pretrain", "--epochs", "1",
+            "--quiet", "--out", out, "--checkpoint-every", "1"]
+    code, _, err = invoke(RUN, argv, capsys)
+    assert code == 0, err
+    sha = hashlib.sha256((data_dir / "ORL_32x32.mat").read_bytes()).hexdigest()
+    assert json.loads((out / "results.json").read_text())["data_files"] == {"ORL_32x32.mat": sha}
+    write_fea_gnd(data_dir / "ORL_32x32.mat", 40, 3, seed=1)  # other faces, same shape
+    code, _, err = invoke(RUN, [*argv, "--resume", "--epochs", "2"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "the data changed since the checkpoint", f"ORL_32x32.mat: sha256 "
+                          f"{sha[:12]}… then", "--data-dir", "--force")
+    run_json = out / "checkpoint" / "run.json"
+    run_json.write_text(json.dumps({k: v for k, v in json.loads(run_json.read_text()).items()
+                                    if k != "data_files"}))
+    code, _, err = invoke(RUN, [*argv, "--resume", "--epochs", "2"], capsys)
+    assert code == 0, err
+
+
+def test_pretrain_resume_refuses_data_that_changed(files, tmp_path, capsys):
+    """A pretraining's checkpoint records its data files: resumed on another file, it is refused
+    in one line; the finished file's metadata names them."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import Pretrain
+    from mesc_tf.data import load_dataset
+    from mesc_tf.weights import read_autoencoder_file
+
+    data_dir = tmp_path / "data"
+    write_fea_gnd(data_dir / "ORL_32x32.mat", 40, 3)
+    out = tmp_path / "orl.h5"
+    argv = ["--dataset", "orl", "--data-dir", data_dir, "--quiet", "--out", out]
+    code, _, err = invoke(PRETRAIN, [*argv, "--max-steps", "1"], capsys)
+    assert code == 0, err
+    hashes = load_dataset("orl", data_dir).file_hashes
+    assert read_autoencoder_file(out)[1]["data_files"] == hashes
+    # The checkpoint of a run stopped at step 1, made from the file before it was replaced.
+    ckpt = tmp_path / "orl.checkpoint"
+    pipeline.pretrain(load_dataset("orl", data_dir).x, get_config("orl").arch,
+                      Pretrain(max_steps=1), verbose=0, backup_dir=ckpt, checkpoint_every=1)
+    (ckpt / "run.json").write_text(json.dumps({"dataset": "orl", "data_files": hashes}))
+    write_fea_gnd(data_dir / "ORL_32x32.mat", 40, 3, seed=1)
+    code, _, err = invoke(PRETRAIN, [*argv, "--resume", "--max-steps", "2", "--force"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "the data changed since the checkpoint", "ORL_32x32.mat: sha256 "
+                          f"{hashes['ORL_32x32.mat'][:12]}… then", "--force without --resume")
+    assert (ckpt / "state.json").exists()
 
 
 def test_resume_extends_a_run_and_force_starts_over(files, tmp_path, capsys, monkeypatch):

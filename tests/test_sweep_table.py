@@ -4,6 +4,7 @@ Fast: grid parsing, planning and the results file need no training; the real run
 problems (toy: 216 images, 4 steps; ORL: 2 steps, one method, 2 seeds).
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -262,6 +263,28 @@ def test_summary_only_keeps_the_chosen_autoencoders_records(toy_weights, tmp_pat
     assert "90.00" not in printed and "60.00" in printed and "50.00" in printed
 
 
+def test_sweep_refuses_a_results_file_with_trials_of_other_data(synthetic_data, toy_weights,
+                                                                tmp_path, monkeypatch):
+    """A trial records the SHA-256 of its data files: a sweep whose results file holds trials of
+    the same dataset made from other files is refused in one error (it would reuse them under
+    the same keys); records without data files (older ones) and other datasets' pass."""
+    from mesc_tf.data import load_dataset
+
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    now = load_dataset("toy").file_hashes
+    out = tmp_path / "toy.jsonl"
+    argv = ["--dataset", "toy", "--weights", str(toy_weights), "--out", str(out), "--grid",
+            "epochs=2", "--dry-run"]
+    for rec in (_REC, {**_REC, "seed": 1, "data_files": now},
+                {**_REC, "dataset": "orl", "data_files": {"ORL_32x32.mat": "0" * 64}}):
+        sweep.append_jsonl(out, rec)
+    assert _script("sweep").main(argv) == 0
+    sweep.append_jsonl(out, {**_REC, "seed": 2, "data_files": {"COIL20.mat": "0" * 64}})
+    with pytest.raises(MescError, match=r"1 of its toy trials were made from other data files "
+                       r"\(COIL20.mat: sha256 000000000000… then, "):
+        _script("sweep").main(argv)
+
+
 def test_an_autoencoder_counts_by_content_however_it_was_named():
     """Trials and table cells made with pretrained/toy.h5 taken by default are reused when the
     same file is named with --weights, and the other way round (committed records keep their
@@ -400,6 +423,8 @@ def test_tiny_sweep_writes_lines_and_resumes(shared_data, toy_weights, tmp_path,
     # What post-clustering did, as run.py records it (it was missing from sweeps).
     assert r["postcluster"]["method"] == "fast" and 1 <= r["postcluster"]["clusters_found"] <= 3
     assert r["code"] == code_revision()  # the commit the trial ran (not part of its key)
+    assert r["data_files"] == {"COIL20.mat": hashlib.sha256(
+        (shared_data / "COIL20.mat").read_bytes()).hexdigest()}
     assert "best settings by median ACC" in capsys.readouterr().out
 
     # A killed sweep (three lines lost, one torn), rerun with a larger grid: only the lost
@@ -664,6 +689,20 @@ def test_a_smoke_cell_is_not_kept_for_a_full_run(toy_weights):
     assert not table.cell_is_current({**cell, "settings": sweep.normalized(s)}, s, [0], ae)
     assert table.cell_is_current({**cell, "settings": sweep.normalized(s), "max_epochs": None},
                                  s, [0], ae)
+
+
+def test_a_cell_is_not_kept_for_other_data_files(toy_weights):
+    """A cell records the data files it ran on (by SHA-256): it is kept for the same files, not
+    for others; a cell from before data files were recorded (none) is kept."""
+    table = _script("table")
+    ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
+    s = table.cell_settings("toy", "our")
+    files = {"COIL20.mat": "a" * 64}
+    cell = {"settings": sweep.normalized(s), "seeds_requested": [0], "autoencoder_id": ae.ident,
+            "max_epochs": None, "data_files": files}
+    assert table.cell_is_current(cell, s, [0], ae, None, files)
+    assert not table.cell_is_current(cell, s, [0], ae, None, {"COIL20.mat": "b" * 64})
+    assert table.cell_is_current({**cell, "data_files": None}, s, [0], ae, None, files)
 
 
 def test_table_flags_only_the_cells_max_epochs_capped(synthetic_data, toy_weights, tmp_path,
