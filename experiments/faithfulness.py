@@ -141,7 +141,8 @@ def main(argv=None, cleanup=None):
     if settings.epochs < 1:
         raise MescError(f"--epochs {settings.epochs}: with no step there is nothing to compare; "
                         "give 1 or more")
-    x = data.load_dataset(args.dataset, args.data_dir).x
+    ds = data.load_dataset(args.dataset, args.data_dir)
+    x = ds.x
     if args.samples is not None:
         if args.samples > len(x):
             raise MescError(f"--samples {args.samples} is more than the {len(x)} images of "
@@ -203,7 +204,8 @@ def main(argv=None, cleanup=None):
     print(f"seconds: port {port_s:.1f}, released graph {graph_s:.1f}")
     if args.json:
         files.write_json(args.json, {
-            "dataset": args.dataset, "n_samples": len(x), "method": args.method,
+            "dataset": args.dataset, "n_samples": len(x), "data_files": ds.file_hashes,
+            "method": args.method,
             "settings": training, "tf1_checkpoint": checkpoint,
             **figures, "command": provenance.command("experiments/faithfulness.py", argv),
             "versions": provenance.versions()})

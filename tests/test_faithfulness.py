@@ -9,6 +9,7 @@
   and one Adam update of C) and five steps against the port from the same weights.
 """
 
+import hashlib
 import json
 import shlex
 from pathlib import Path
@@ -127,6 +128,8 @@ def test_faithfulness_command_against_the_authors_graph(tf1_ckpts, shared_data, 
     assert max(figures["steps"].values()) <= LOSS_RTOL
     saved = json.loads(out.read_text())
     assert saved["c"] == figures["c"] and saved["n_samples"] == 400
+    assert saved["data_files"] == {"ORL_32x32.mat": hashlib.sha256(
+        (shared_data / "ORL_32x32.mat").read_bytes()).hexdigest()}
     assert saved["settings"]["epochs"] == 100
 
 
