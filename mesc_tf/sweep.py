@@ -515,8 +515,8 @@ def cache_load(cache_dir, key, n):
 
 
 def cache_has(cache_dir, key) -> bool:
-    """Whether the cache holds a C under ``key`` (for a --dry-run, which loads no data): what
-    cache_load would read, short of checking its size against the data."""
+    """Whether the cache holds a C under ``key`` (for the plan a sweep prints before training,
+    --dry-run's): what cache_load would read, short of checking its size against the data."""
     return _cache_entry(cache_dir, key) is not None
 
 
