@@ -162,6 +162,8 @@ def main(argv=None, cleanup=None):
         "command": provenance.command("experiments/run.py", argv),
         "versions": provenance.versions(),
         "machine": provenance.machine(),  # other CPUs and BLAS kernels round C differently
+        # Each image's cluster, 0..K-1 in the data's order (not matched to the classes).
+        "labels": result["labels"].tolist(),
     })
     print(f"results: {out / 'results.json'}")
     return result

@@ -146,11 +146,15 @@ def test_orl_short_run_from_the_command_line(tf1_ckpts, shared_data, tmp_path,
     # The released script's F1 (unmatched labels), from the saved C's labels.
     from mesc_tf import data, pipeline
     from mesc_tf.config import Settings
-    from mesc_tf.metrics import f1_unmapped
+    from mesc_tf.metrics import evaluate, f1_unmapped
 
     labels, _ = pipeline.cluster(np.load(tmp_path / "C.npy"), 40, Settings(**saved["settings"]),
                                  seed=0, post_method="strict")
-    assert saved["f1_unmapped"] == f1_unmapped(data.load_dataset("orl", shared_data).y, labels)
+    y = data.load_dataset("orl", shared_data).y
+    assert saved["f1_unmapped"] == f1_unmapped(y, labels)
+    # Each image's cluster, as scored.
+    assert saved["labels"] == labels.tolist()
+    assert evaluate(y, np.array(saved["labels"])) == saved["metrics"]
     assert (saved["dataset"], saved["n_samples"], saved["n_clusters"], saved["seed"]) == (
         "orl", 400, 40, 0)
     assert saved["settings"]["epochs"] == 30 == saved["timings"]["steps"]
