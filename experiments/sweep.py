@@ -20,8 +20,9 @@ that C; and the step counts are swept in one run: epochs=50,100,200 is one 200-s
 Keras callback copying C after steps 50 and 100. Training groups run in --jobs joblib (loky)
 worker processes, each importing TF once and limited to --threads-per-job threads. With
 --coef-cache DIR the trained C's are kept on disk, so that a later sweep of the post-clustering
-settings or seeds on the same training (same auto-encoder content, training fields, step count,
-TensorFlow version, threads per job and machine) reads C instead of fine-tuning again.
+settings or seeds on the same training (same data files and auto-encoder by content, training
+fields, step count, TensorFlow version, threads per job and machine) reads C instead of
+fine-tuning again.
 
 At the end the best settings by median ACC over the seeds are printed, with mean ± std.
 """
@@ -122,7 +123,8 @@ def _check_writable(out):
 def _check_data_files(args, records):
     """Trials of the results file were made from these data files (by SHA-256), else the sweep
     would mix them with trials of other images under the same keys. Records from before the
-    files were recorded have none."""
+    files were recorded have none. Returns the data files' hashes (the C cache's keys hold
+    them)."""
     from mesc_tf.data import ENV_VAR, data_change, load_dataset
     from mesc_tf.errors import MescError
 
@@ -134,6 +136,7 @@ def _check_data_files(args, records):
                         f"other data files ({data_change(other[0]['data_files'], now)}); give "
                         f"this sweep another --out FILE, or point --data-dir or {ENV_VAR} at "
                         "the data they came from")
+    return now
 
 
 def main(argv=None):
@@ -156,12 +159,12 @@ def main(argv=None):
                                      args.no_pretrain, arch=get_config(args.dataset).arch)
     if args.summary_only:
         return _summarize_file(args, records, ae, settings)
-    _check_data_files(args, records)
+    data_files = _check_data_files(args, records)
     done = sweep.done_keys(records, retry_errors=args.retry_errors)
     groups, skipped = sweep.plan(settings, args.seeds, ae, args.dataset, done)
     n_trials = sum(len(g.trials) for g in groups)
-    cached = [sweep.group_in_cache(g, args.coef_cache, args.dataset, ae, args.threads_per_job)
-              for g in groups]  # their C's are read, not trained
+    cached = [sweep.group_in_cache(g, args.coef_cache, args.dataset, ae, args.threads_per_job,
+                                   data_files) for g in groups]  # their C's are read, not trained
     steps = sum(g.train.epochs for g, c in zip(groups, cached) if not c)
     read_from = " + ".join(str(f) for f in (*sweep.archive_paths(args.out), args.out) if f.exists())
     print(f"{args.dataset} ({args.method}), auto-encoder: {ae.describe()}")

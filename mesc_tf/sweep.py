@@ -467,9 +467,10 @@ def coef_snapshots(steps):
 
 
 def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
-                   init_seed: int = 0, threads: int | None = None) -> str:
+                   init_seed: int = 0, threads: int | None = None, data_files=None) -> str:
     """The cache key (JSON) of C after ``steps`` steps of ``train``'s fine-tuning with
-    ``threads`` TF threads (None: TF's own count) on this machine."""
+    ``threads`` TF threads (None: TF's own count) on this machine, from the data files
+    ``data_files`` (data.Dataset.file_hashes: a C of other images is another entry)."""
     import tensorflow as tf
 
     from mesc_tf.provenance import machine
@@ -477,7 +478,8 @@ def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
     fields = {f: FIELD_TYPES[f](getattr(train, f)) for f in TRAIN_FIELDS if f != "epochs"}
     here = {k: v for k, v in machine().items() if k != "platform"}
     return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
-                       "train": fields, "steps": int(steps), "init_seed": int(init_seed),
+                       "data": data_files, "train": fields, "steps": int(steps),
+                       "init_seed": int(init_seed),
                        "tensorflow": tf.__version__, "threads": threads, "machine": here},
                       sort_keys=True)
 
@@ -520,12 +522,13 @@ def cache_has(cache_dir, key) -> bool:
     return _cache_entry(cache_dir, key) is not None
 
 
-def group_in_cache(group: Group, cache_dir, dataset, ae: AutoencoderSpec, threads=None) -> bool:
+def group_in_cache(group: Group, cache_dir, dataset, ae: AutoencoderSpec, threads=None,
+                   data_files=None) -> bool:
     """Whether run_group will read every C of ``group`` from ``cache_dir`` (None: no cache)
     instead of fine-tuning: the same keys as _trained_coefs."""
     return bool(cache_dir) and all(
         cache_has(cache_dir, coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed,
-                                            threads)) for s in group.steps)
+                                            threads, data_files)) for s in group.steps)
 
 
 def cache_store(cache_dir, key, coef, train_s):
@@ -599,8 +602,8 @@ def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) 
     from mesc_tf.training import configure_runtime
 
     n, steps = len(ds.x), group.steps
-    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed, threads)
-            for s in steps} if coef_cache else {}
+    keys = {s: coef_cache_key(dataset, ae.ident, group.train, s, group.init_seed, threads,
+                              ds.file_hashes) for s in steps} if coef_cache else {}
     cached = {s: cache_load(coef_cache, k, n) for s, k in keys.items()}
     snaps = coef_snapshots(steps)
     if keys and all(cached.values()):  # no training

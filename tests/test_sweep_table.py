@@ -521,15 +521,43 @@ def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_we
     assert np.load(victim).shape == (216, 216)
 
 
+def test_coef_cache_is_not_read_for_other_data(shared_data, toy_weights, tmp_path, capsys):
+    """A C trained on one data file is not read from the cache by a sweep on another (same
+    shape, other pixels): the key holds the data files' SHA-256, so that sweep trains."""
+    import scipy.io
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    coil = data_dir / "COIL20.mat"
+    coil.write_bytes((shared_data / "COIL20.mat").read_bytes())
+    base = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--seeds", "0",
+            "--grid", "epochs=2", "--data-dir", str(data_dir), "--coef-cache",
+            str(tmp_path / "cache")]
+    _script("sweep").main([*base, "--out", str(tmp_path / "a.jsonl")])
+    mat = scipy.io.loadmat(str(coil))
+    scipy.io.savemat(str(coil), {"fea": mat["fea"] * 0.5, "gnd": mat["gnd"]})
+    sweep._DATA_CACHE.clear()  # --jobs 1 loads in this process; a new command loads it anew
+    capsys.readouterr()
+    _script("sweep").main([*base, "--out", str(tmp_path / "b.jsonl")])
+    assert "C from the cache" not in capsys.readouterr().out
+    rec, = sweep.read_records(tmp_path / "b.jsonl")[0]
+    assert rec["shared_training"]["coef_cache"] == "written"
+    assert rec["data_files"]["COIL20.mat"] == hashlib.sha256(coil.read_bytes()).hexdigest()
+
+
 def test_dry_run_counts_only_the_trainings_the_coef_cache_does_not_supply(toy_weights,
                                                                          tmp_path, capsys):
     """A training whose C's (every step count of its group) are in --coef-cache is read, not
     run: the --dry-run's count of trainings and steps leaves it out and says so."""
+    from mesc_tf.data import load_dataset
+
     ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
     cache = tmp_path / "cache"
     train = method_settings("toy", "our").replace(reg1=1.0)
+    files = load_dataset("toy").file_hashes
     for steps in (2, 3):  # reg1=1's training, at both step counts of the grid
-        sweep.cache_store(cache, sweep.coef_cache_key("toy", ae.ident, train, steps),
+        sweep.cache_store(cache, sweep.coef_cache_key("toy", ae.ident, train, steps,
+                                                      data_files=files),
                           np.zeros((216, 216), np.float32), 1.0)
     argv = ["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1", "--grid",
             "epochs=2,3 reg1=1,2", "--coef-cache", str(cache), "--out",
@@ -537,7 +565,8 @@ def test_dry_run_counts_only_the_trainings_the_coef_cache_does_not_supply(toy_we
     _script("sweep").main(argv)
     assert ("4 to run in 1 trainings (3 steps in all) and 1 with every C in the "
             f"--coef-cache {cache} (read, not trained), --jobs 1") in capsys.readouterr().out
-    sweep.cache_store(cache, sweep.coef_cache_key("toy", ae.ident, train.replace(reg1=2.0), 2),
+    sweep.cache_store(cache, sweep.coef_cache_key("toy", ae.ident, train.replace(reg1=2.0), 2,
+                                                  data_files=files),
                       np.zeros((216, 216), np.float32), 1.0)  # one of its two step counts
     _script("sweep").main(argv)
     assert "4 to run in 1 trainings (3 steps in all) and 1 with" in capsys.readouterr().out
@@ -817,8 +846,10 @@ def test_coef_cache_key_holds_every_training_field_and_the_step_count():
               sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 10, init_seed=1),
               sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 10, threads=1),
               sweep.coef_cache_key("orl", "weights:" + "0" * 16, base, 10),
-              sweep.coef_cache_key("toy", "weights:" + "1" * 16, base, 10)]
-    assert len({key, *others}) == 6
+              sweep.coef_cache_key("toy", "weights:" + "1" * 16, base, 10),
+              sweep.coef_cache_key("toy", "weights:" + "0" * 16, base, 10,
+                                   data_files={"COIL20.mat": "0" * 64})]
+    assert len({key, *others}) == 7
     # epochs is not in it (the step count is), nor are the post-clustering fields.
     assert sweep.coef_cache_key("toy", "weights:" + "0" * 16, base.replace(epochs=99, thr=0.5),
                                 10) == key
