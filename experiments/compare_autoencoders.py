@@ -117,15 +117,16 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     return out
 
 
-def diagnostics_key(dataset, tf1_prefix, seeds):
+def diagnostics_key(dataset, tf1_prefix, seeds, data_files=None):
     """What autoencoder_diagnostics' figures depend on: both auto-encoders' contents, the
-    seeds and the post-clustering settings they are clustered with."""
+    data files (data.Dataset.file_hashes), the seeds and the post-clustering settings they are
+    clustered with."""
     from mesc_tf.config import get_config
 
     s = get_config(dataset).mesc
     return {"ours": sources.resolve_autoencoder(dataset).sha256,
             "original": sources.resolve_autoencoder(dataset, tf1_checkpoint=tf1_prefix).sha256,
-            "seeds": list(seeds), "lsr_lambdas": list(LSR_LAMBDAS),
+            "data_files": data_files, "seeds": list(seeds), "lsr_lambdas": list(LSR_LAMBDAS),
             "post": {k: getattr(s, k) for k in POST_FIELDS}}
 
 
@@ -212,10 +213,11 @@ def main(argv=None):
         for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
     command = provenance.command("experiments/compare_autoencoders.py", argv)
     keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
-            "autoencoder_id", "jobs", "threads_per_job", "machine", "finished")
+            "autoencoder_id", "data_files", "jobs", "threads_per_job", "machine", "finished")
     for d in args.datasets:
         tf1_prefix = args.tf1_dir / ORIGINAL_CHECKPOINTS[d]
-        key = diagnostics_key(d, tf1_prefix, args.seeds)
+        key = diagnostics_key(d, tf1_prefix, args.seeds,
+                              data.load_dataset(d, data_dir).file_hashes)
         kept = table.load_table(json_path).get(d, {})
         if kept.get("diagnostics_key") == key and not args.force:  # same files, seeds, settings
             errors, diag = kept["relative_error"], kept["codes"]

@@ -1015,6 +1015,43 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
     assert list(json.loads((out / "autoencoders.json").read_text())) == ["toy"]
 
 
+def test_compare_autoencoders_redoes_diagnostics_on_other_data(tf1_ckpts, shared_data,
+                                                               tmp_path, monkeypatch):
+    """The diagnostics (reconstruction errors, LSR scores) are kept only for the data files
+    they were computed from (by SHA-256), and each row names its cells' data files."""
+    import importlib
+
+    import scipy.io
+
+    from experiments import compare_autoencoders
+
+    table = importlib.import_module("table")  # experiments/table.py, as compare_... imports it
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    coil = data_dir / "COIL20.mat"
+    coil.write_bytes((shared_data / "COIL20.mat").read_bytes())
+    files = {"COIL20.mat": "0" * 64}
+    monkeypatch.setattr(table, "main", lambda argv: {"toy": {"our": {
+        "acc": [0.5], "nmi": [0.5], "seeds": [0], "max_epochs": 2, "data_files": files}}})
+    computed = []
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", lambda *a: (
+        computed.append(a) or {k: {"relative_error": 0.01, "mean_abs_code": 1.0, "lsr": {}}
+                               for k in ("ours", "original")}))
+    monkeypatch.setattr(compare_autoencoders, "render_md", lambda summary: "")
+    (tmp_path / "ae").mkdir()  # the real table runs make it (ae/ours)
+    argv = ["--datasets", "toy", "--seeds", "0", "--max-epochs", "2", "--data-dir",
+            str(data_dir), "--tf1-dir", str(tf1_ckpts["coil20"].parents[2]), "--out",
+            str(tmp_path / "ae")]
+    summary = compare_autoencoders.main(argv)
+    assert summary["toy"]["methods"]["our"]["ours"]["data_files"] == files
+    compare_autoencoders.main(argv)
+    assert len(computed) == 1  # same data: kept
+    mat = scipy.io.loadmat(str(coil))
+    scipy.io.savemat(str(coil), {"fea": mat["fea"] * 0.5, "gnd": mat["gnd"]})
+    compare_autoencoders.main(argv)
+    assert len(computed) == 2
+
+
 def test_compare_autoencoders_keeps_the_rows_a_run_beside_it_wrote(tf1_ckpts, shared_data,
                                                                    tmp_path, monkeypatch):
     """Two compare-ae runs side by side (make compare-ae DATASETS=orl and DATASETS=toy): the
