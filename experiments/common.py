@@ -8,12 +8,14 @@ Every experiment writes under ``experiments/results/<name>/`` (``--out`` to chan
 
 * ``runs/<key>.json`` (and sometimes ``runs/<key>.npy``): one finished unit of work (one
   fine-tuning and its clusterings). It holds the exact spec it was made with (dataset, subset,
-  settings, auto-encoder, seeds, ...). A rerun reuses records whose spec matches, so an
+  data files' SHA-256, settings, auto-encoder, seeds, ...). A rerun reuses records whose spec
+  matches (a record from before the data files were recorded matches without them), so an
   interrupted experiment continues where it stopped; a record made with a different spec, or
   by another experiment on the same ``--out``, is refused (use another ``--out`` or ``--redo``),
   never silently replaced or misread.
 * ``<name>.json``, ``<name>.md`` and ``*.png``: the summary, rebuilt from the run records. It
-  remembers the request (datasets, seeds, options) it was built for; a different request on the
+  remembers the request (datasets, seeds, options) it was built for, and names each dataset's
+  data files (``data_files``: None for runs recorded before them); a different request on the
   same folder is refused unless ``--force``.
 
 Settings are the presets of mesc_tf/config.py (see :func:`preset`); ``--epochs`` and
@@ -566,6 +568,7 @@ class Results:
                     "rebuild the summary for this one")
         self.reused = 0
         self.computed = 0
+        self.data_files = {}  # {dataset: its runs' data files (None: recorded before them)}
 
     def path(self, key: str, suffix=".json") -> Path:
         return self.runs / f"{key}{suffix}"
@@ -593,7 +596,14 @@ class Results:
                             f"({_diff(rec.get('spec'), want)}); choose another --out, or "
                             "pass --redo to recompute it")
         self.reused += 1
+        self._note_data(rec["spec"])
         return rec
+
+    def _note_data(self, spec):
+        """Keep the data files of a run's spec, for the summary."""
+        if isinstance(spec, dict) and "dataset" in spec and not self.data_files.get(
+                spec["dataset"]):
+            self.data_files[spec["dataset"]] = spec.get("data_files")
 
     def array(self, key: str):
         """The finished array runs/<key>.npy, None where it is missing or unreadable (cut off
@@ -609,6 +619,7 @@ class Results:
         self.runs.mkdir(parents=True, exist_ok=True)
         files.write_json(self.path(key), rec)
         self.computed += 1
+        self._note_data(rec["spec"])
         return rec
 
     def finish(self, summary: dict, markdown: str, figures=()):
@@ -617,7 +628,8 @@ class Results:
 
         self.dir.mkdir(parents=True, exist_ok=True)
         files.write_json(self.summary_path, {
-            "experiment": self.args.experiment, "request": self.request, **summary,
+            "experiment": self.args.experiment, "request": self.request,
+            "data_files": self.data_files, **summary,
             "command": provenance.command(f"experiments/{self.args.experiment}.py"),
             "versions": provenance.versions(), "machine": provenance.machine()})
         md = self.dir / f"{self.args.experiment}.md"

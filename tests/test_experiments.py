@@ -933,6 +933,27 @@ def test_finished_runs_are_not_reused_on_other_data(fake_train, tmp_path):
     assert len(fake_train.calls) == 1
 
 
+def test_experiment_summaries_name_the_data_files(fake_train, tmp_path):
+    """The summary JSON (the file committed under experiments/results) names each dataset's
+    data files by SHA-256, as its run records do; a run reused from before they were recorded
+    gives None (not known)."""
+    from experiments import toy_affinity
+    from mesc_tf.data import load_dataset
+
+    out = tmp_path / "toy"
+    argv = [*SMOKE, "--no-pretrain", "--datasets", "mnist", "--methods", "our", "--out",
+            str(out)]
+    toy_affinity.main(argv)
+    summary = json.loads((out / "toy_affinity.json").read_text())
+    assert summary["data_files"] == {"mnist": load_dataset("mnist").file_hashes}
+    record = out / "runs" / "mnist-our.json"
+    rec = json.loads(record.read_text())
+    del rec["spec"]["data_files"]
+    record.write_text(json.dumps(rec))
+    toy_affinity.main(argv)
+    assert json.loads((out / "toy_affinity.json").read_text())["data_files"] == {"mnist": None}
+
+
 def test_compare_autoencoders_names_are_case_blind_and_default_to_our(tf1_ckpts):
     from experiments import compare_autoencoders
 
