@@ -540,6 +540,12 @@ def _norm(obj):
     return json.loads(json.dumps(obj, default=json_default))
 
 
+def _without_data_files(spec):
+    """``spec`` less its data files, also in the specs it holds (t-SNE's fit_spec)."""
+    return {k: _without_data_files(v) if isinstance(v, dict) else v
+            for k, v in spec.items() if k != "data_files"}
+
+
 class Results:
     """The output folder of one experiment (see the module docstring)."""
 
@@ -590,7 +596,7 @@ class Results:
                             f"{self.args.experiment}.py; give each experiment its own --out")
         want = _norm(spec)
         if isinstance(rec.get("spec"), dict) and "data_files" not in rec["spec"]:
-            want.pop("data_files", None)  # a record from before the data files were recorded
+            want = _without_data_files(want)  # a record from before the data files were recorded
         if rec.get("spec") != want:
             raise MescError(f"{path} holds a finished run made with other options "
                             f"({_diff(rec.get('spec'), want)}); choose another --out, or "

@@ -856,6 +856,33 @@ def test_tsne_defaults_resume_and_request(fake_train, tmp_path, monkeypatch):
         tsne.main([*argv, "--perplexity", "5", "--force"])  # not the old embedding
 
 
+def test_tsne_reuses_records_from_before_the_data_files(fake_train, tmp_path, monkeypatch):
+    """t-SNE records made before the data files were recorded (none in the spec, nor in the
+    fine-tuning's spec an embedding holds as fit_spec) are reused, not refused."""
+    from experiments import tsne
+
+    embedded = []
+    monkeypatch.setattr(tsne, "tsne", lambda f, seed, p: embedded.append(p) or np.zeros(
+        (len(f), 2)))
+    out = tmp_path / "tsne"
+    argv = [*SMOKE, "--no-pretrain", "--methods", "our", "--out", str(out)]
+    tsne.main(argv)
+    assert len(fake_train.calls) == 1 and len(embedded) == 2
+
+    def strip(spec):
+        spec.pop("data_files")
+        for inner in spec.values():
+            if isinstance(inner, dict) and "data_files" in inner:
+                strip(inner)
+
+    for record in (out / "runs").glob("*.json"):
+        rec = json.loads(record.read_text())
+        strip(rec["spec"])
+        record.write_text(json.dumps(rec))
+    tsne.main(argv)
+    assert len(fake_train.calls) == 1 and len(embedded) == 2
+
+
 def test_toy_affinity_normalisation_edge_cases():
     import warnings
 
