@@ -9,7 +9,8 @@ epochs, thr, subspace_dim, power, coef_init, recon_scale, variant, framework, re
 applied to the dataset's --method settings from mesc_tf/config.py; every combination is run
 with every seed. Results go to --out (default experiments/results/sweeps/<dataset>.jsonl), one
 line per finished trial (settings, seed, metrics, timings), flushed and fsynced; rerunning the
-same command skips the trials already in the file, so a killed sweep resumes where it was.
+same command skips the trials already in the file, so a killed sweep resumes where it was
+(a file holding trials of the dataset made from other data files is refused).
 Records in the file's archive parts (<out stem>.partN.jsonl, see mesc_tf.sweep.read_records)
 count too.
 

@@ -15,8 +15,9 @@ seed the spectral clustering of that C. Writes, in --out (default experiments/re
 * main_table.md: mean ± std and median per cell beside the paper's reported ACC/NMI, the
   total time and the machine.
 
-Resumable: a finished cell whose settings, seeds (in any order) and auto-encoder are unchanged
-is kept when the command is rerun (pass --force to recompute it). --max-epochs N caps every
+Resumable: a finished cell whose settings, seeds (in any order), auto-encoder and data files
+(by SHA-256; a cell from before they were recorded has none) are unchanged is kept when the
+command is rerun (pass --force to recompute it). --max-epochs N caps every
 method's fine-tuning steps for SMOKE TESTS only; the cells whose steps it lowered are flagged
 in both files.
 """
