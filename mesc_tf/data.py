@@ -54,7 +54,7 @@ class Dataset:
     def file_hashes(self) -> dict[str, str]:
         """SHA-256 of each file read, by its path in the data folder (as the data folder's
         SOURCES.md lists them): what the run records say the numbers came from, and what
-        resuming and reusing finished runs compare."""
+        resuming and reusing finished runs compare. load_dataset takes them as it loads."""
         root = self.data_dir
         return {(p.relative_to(root).as_posix() if root else p.name): sha256_of([p])
                 for p in self.source}
@@ -488,4 +488,7 @@ def load_dataset(name: str, data_dir=None, *, n_subjects: int | None = None) -> 
         raise MescError(f"n_subjects applies only to eyaleb, not {cfg.name}; leave it out")
     else:
         ds = LOADERS[cfg.name](root, n_subjects=n_subjects)
-    return dataclasses.replace(ds, data_dir=root.path)
+    ds = dataclasses.replace(ds, data_dir=root.path)
+    # Hashed now, not at the first record: a file replaced during a long run is not named.
+    ds.file_hashes  # noqa: B018
+    return ds

@@ -249,6 +249,18 @@ def test_mnist_idx(tmp_path, compress):
                               for n in names}
 
 
+def test_file_hashes_are_of_the_files_as_loaded(tmp_path):
+    """The hashes are taken when the data is loaded: a file replaced (or moved away) while a
+    long run trains on the loaded images does not change what its records name."""
+    path = tmp_path / "ORL_32x32.mat"
+    fea = np.random.default_rng(3).integers(0, 256, size=(40, 1024)).astype(np.uint8)
+    savemat(path, fea=fea, gnd=np.arange(1, 41)[:, None])
+    first = hashlib.sha256(path.read_bytes()).hexdigest()
+    ds = load_dataset("orl", tmp_path)
+    path.unlink()
+    assert ds.file_hashes == {"ORL_32x32.mat": first}
+
+
 def test_mnist_errors(tmp_path):
     images, digits = np.zeros((10, 28, 28)), np.arange(10)
     img = tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz"
