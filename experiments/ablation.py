@@ -179,7 +179,6 @@ def markdown(summary, args):
         "total (pretraining + the rest). The paper's times are on its hardware; "
         "compare ratios, not seconds. Paper columns: reference-facts §5.3.",
         "",
-        common.command_line(NAME),
     ]
     return "\n".join(lines) + "\n"
 

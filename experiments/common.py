@@ -146,9 +146,19 @@ def check_one_source(weights: dict, tf1: dict, datasets):
                         f"({', '.join(both)})")
 
 
+class _Parser(cli.ArgumentParser):
+    """Keeps the arguments main was given as ``args.argv`` (None: the command line's), for the
+    command its summary records."""
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        ns.argv = None if args is None else [str(a) for a in args]
+        return ns
+
+
 def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     """The options every experiment shares. ``doc`` is the script's docstring."""
-    p = cli.ArgumentParser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
+    p = _Parser(prog=f"experiments/{name}.py", description=doc.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
                    default=list(datasets), metavar="NAME",
                    help=f"datasets (default: {' '.join(datasets)}; any of {', '.join(DATASETS)})")
@@ -629,16 +639,20 @@ class Results:
         return rec
 
     def finish(self, summary: dict, markdown: str, figures=()):
-        """Write the summary JSON and markdown, list every file written, print the markdown."""
+        """Write the summary JSON and the markdown (``markdown``, then the line naming the command
+        that made it), list every file written, print the markdown."""
         from mesc_tf.files import atomic_write_text
 
+        # The arguments main was given (parser(): None for the command line's).
+        command = provenance.command(f"experiments/{self.args.experiment}.py",
+                                     getattr(self.args, "argv", None))
         self.dir.mkdir(parents=True, exist_ok=True)
         files.write_json(self.summary_path, {
             "experiment": self.args.experiment, "request": self.request,
-            "data_files": self.data_files, **summary,
-            "command": provenance.command(f"experiments/{self.args.experiment}.py"),
+            "data_files": self.data_files, **summary, "command": command,
             "versions": provenance.versions(), "machine": provenance.machine()})
         md = self.dir / f"{self.args.experiment}.md"
+        markdown += f"Command: `python {command}`\n"
         atomic_write_text(md, markdown)
         print(f"{self.computed} run(s) computed, {self.reused} reused from {self.runs}")
         for path in [self.summary_path, md, *figures]:
@@ -686,11 +700,6 @@ def _differences(old, new, prefix=""):
         elif a != b:
             out.append((f"{prefix}{k}", a, b))
     return out
-
-
-def command_line(name: str) -> str:
-    """The markdown line naming the command that made a summary."""
-    return f"Command: `python {provenance.command(f'experiments/{name}.py')}`"
 
 
 def request_of(args, **extra) -> dict:

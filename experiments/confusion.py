@@ -158,8 +158,7 @@ def markdown(summary, args):
         lines += ["", f"![confusion]({name}_confusion.png)", ""]
     lines += ["Rows: true class; columns: predicted class after best_map; right column: recall, "
               "bottom row: precision (%). ACC/NMI: mean ± std over seeds "
-              f"{' '.join(map(str, args.seeds))}.", "",
-              common.command_line(NAME)]
+              f"{' '.join(map(str, args.seeds))}.", ""]
     return "\n".join(lines) + "\n"
 
 

@@ -149,8 +149,7 @@ def markdown(summary, skipped):
               + ("" if all(titles(s["settings"]) == dict(TERMS) for s in summary.values()) else
                  " Some rows (--set) weight the reconstruction or use another regulariser: see "
                  "their settings in convergence.json and the figure's titles."), "",
-              "![convergence](convergence.png)", "",
-              common.command_line(NAME)]
+              "![convergence](convergence.png)", ""]
     return "\n".join(lines) + "\n"
 
 

@@ -163,8 +163,7 @@ def markdown(summary, args):
                 else common.pm(m[i, j], sd[i, j] if len(args.seeds) > 1 else None)
                 for j in range(len(args.lambda2))) + " |")
         lines.append("")
-    lines += ["![sensitivity](sensitivity.png)", "",
-              common.command_line(NAME)]
+    lines += ["![sensitivity](sensitivity.png)", ""]
     return "\n".join(lines) + "\n"
 
 

@@ -194,8 +194,7 @@ def markdown(summary, args):
               "min-max normalised to [0, 1]; samples ordered by class. Settings: L1, Frobenius "
               "and nuclear = DSC-Net presets (coupled) with that regulariser, entropy = MESC-Net "
               f"(decoupled), see mesc_tf/config.py. ACC/NMI: mean ± std over seeds "
-              f"{' '.join(map(str, args.seeds))} of the clustering.", "",
-              common.command_line(NAME)]
+              f"{' '.join(map(str, args.seeds))} of the clustering.", ""]
     return "\n".join(lines) + "\n"
 
 

@@ -165,8 +165,7 @@ def markdown(summary, args):
     lines += [f"Scores of the clustering (sklearn homogeneity_score / completeness_score against "
               "the ground truth, all images), mean ± std over seeds "
               f"{' '.join(map(str, args.seeds))}. "
-              "Presets from mesc_tf/config.py.", "",
-              common.command_line(NAME)]
+              "Presets from mesc_tf/config.py.", ""]
     return "\n".join(lines) + "\n"
 
 

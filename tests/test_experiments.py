@@ -5,6 +5,7 @@ non-empty PNGs, resumes instead of recomputing, and refuses to mix requests."""
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -542,16 +543,32 @@ def test_the_recorded_command_can_be_run_again(tmp_path, monkeypatch):
     import argparse
     import shlex
 
-    from experiments.common import Results, command_line
+    from experiments.common import Results
 
     out = tmp_path / "my results"
     monkeypatch.setattr(sys, "argv", ["x.py", "--out", str(out), "--set", "reg1=2"])
     args = argparse.Namespace(out=out, experiment="toy_affinity", force=False, redo=False)
-    Results(args, {}).finish({}, "# t\n")
+    Results(args, {}).finish({}, "# t\n\n")
     want = ["experiments/toy_affinity.py", "--out", str(out), "--set", "reg1=2"]
     assert shlex.split(json.loads((out / "toy_affinity.json").read_text())["command"]) == want
-    line = command_line("toy_affinity")
+    md = (out / "toy_affinity.md").read_text()
+    assert md.startswith("# t\n\nCommand: `python ") and md.endswith("`\n")
+    line = md.splitlines()[-1]
     assert shlex.split(line.removeprefix("Command: `python ").removesuffix("`")) == want
+
+
+def test_a_summary_records_the_arguments_main_was_given(fake_train, tmp_path, monkeypatch):
+    """main(argv) called from Python (a notebook, another script) records argv, not the calling
+    process's command line, in the summary and its markdown."""
+    from experiments import toy_affinity
+
+    monkeypatch.setattr(sys, "argv", ["jupyter", "--some-kernel-option"])
+    out = tmp_path / "toy"
+    argv = [*SMOKE, "--no-pretrain", "--datasets", "mnist", "--methods", "our", "--out", str(out)]
+    toy_affinity.main(argv)
+    want = shlex.join(["experiments/toy_affinity.py", *argv])
+    assert json.loads((out / "toy_affinity.json").read_text())["command"] == want
+    assert (out / "toy_affinity.md").read_text().endswith(f"Command: `python {want}`\n")
 
 
 def test_a_refused_record_names_the_settings_that_differ():
