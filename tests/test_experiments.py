@@ -541,7 +541,6 @@ def test_the_recorded_command_can_be_run_again(tmp_path, monkeypatch):
     """A path with a space is quoted in the summary's command and the markdown's line, as
     run.py and pretrain.py record theirs (shlex.join), so that pasting it reruns the run."""
     import argparse
-    import shlex
 
     from experiments.common import Results
 
@@ -951,7 +950,6 @@ def test_finished_runs_are_not_reused_on_other_data(fake_train, tmp_path):
     recorded is reused as before."""
     import gzip
     import hashlib
-    import shutil
 
     from experiments import toy_affinity
     from mesc_tf.errors import MescError
