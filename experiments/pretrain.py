@@ -174,7 +174,9 @@ def _metadata(args, cfg, ds, schedule, recorded, seed, batch_size, info, init_me
     return {
         "dataset": args.dataset, "architecture": cfg.arch.to_dict(), "pixels": cfg.pixels,
         "n_samples": len(ds.x),
-        "data_files": ds.file_hashes,  # SHA-256 by file, as the data folder's SOURCES.md
+        # SHA-256 by file, as the data folder's SOURCES.md: the run's, as its checkpoint's
+        # run.json recorded them (None where it predates that).
+        "data_files": recorded["data_files"],
         "seed": seed,
         # The run's start: first rate (final_lr: its last) and initializer; after a resume, as
         # the checkpoint's run.json recorded them (None where it predates that).

@@ -151,7 +151,9 @@ def main(argv=None, cleanup=None):
         print("note:", note)
     files.write_json(out / "results.json", {
         "dataset": args.dataset, "n_samples": len(ds.x), "n_clusters": ds.n_clusters,
-        "data_files": ds.file_hashes,  # SHA-256 by file, as the data folder's SOURCES.md
+        # SHA-256 by file, as the data folder's SOURCES.md; None: resumed from a checkpoint
+        # that does not record the data it started from.
+        "data_files": saved.get("data_files") if args.resume else ds.file_hashes,
         "seed": args.seed, "method": args.method, "settings": settings.to_dict(),
         "autoencoder": ae_source,
         "autoencoder_id": spec.ident,  # kind and content hash, as the sweep records keep it

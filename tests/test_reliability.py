@@ -895,7 +895,7 @@ def test_pretrain_resume_records_where_it_resumed(files, tmp_path, capsys):
     assert code == 0, err
     meta = read_autoencoder_file(out)[1]
     assert (meta["resumed_at_step"], meta["steps"]) == (2, 4) and 3 <= meta["best_step"] <= 4
-    assert meta["lr"] is None and meta["initializer"] is None
+    assert meta["lr"] is None and meta["initializer"] is None and meta["data_files"] is None
     assert meta["final_lr"] == pytest.approx(2e-3)
     assert 1000.0 < meta["seconds"] < 1100.0
     assert not (tmp_path / "orl.checkpoint").exists()
@@ -1414,6 +1414,8 @@ def test_resume_refuses_data_that_changed_and_results_name_the_files(files, tmp_
                                     if k != "data_files"}))
     code, _, err = invoke(RUN, [*argv, "--resume", "--epochs", "2"], capsys)
     assert code == 0, err
+    # Its first step ran on data the checkpoint does not name: not known.
+    assert json.loads((out / "results.json").read_text())["data_files"] is None
 
 
 def test_pretrain_resume_refuses_data_that_changed(files, tmp_path, capsys):
