@@ -12,7 +12,6 @@ the ``MESC_DATA_DIR`` environment variable, then ``data/`` in the current direct
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gzip
 import os
 import warnings
@@ -44,20 +43,14 @@ class Dataset:
     y: np.ndarray = field(repr=False)
     n_clusters: int
     source: tuple[Path, ...]  # the file(s) read
-    data_dir: Path | None = None  # the data folder they were found in
+    # SHA-256 of each file read, by its path in the data folder (as the data folder's SOURCES.md
+    # lists them), taken by load_dataset as it loads: what the run records say the numbers came
+    # from, and what resuming and reusing finished runs compare.
+    file_hashes: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def n_samples(self) -> int:
         return int(self.x.shape[0])
-
-    @functools.cached_property
-    def file_hashes(self) -> dict[str, str]:
-        """SHA-256 of each file read, by its path in the data folder (as the data folder's
-        SOURCES.md lists them): what the run records say the numbers came from, and what
-        resuming and reusing finished runs compare. load_dataset takes them as it loads."""
-        root = self.data_dir
-        return {(p.relative_to(root).as_posix() if root else p.name): sha256_of([p])
-                for p in self.source}
 
 
 def data_change(recorded, now: dict) -> str | None:
@@ -488,7 +481,6 @@ def load_dataset(name: str, data_dir=None, *, n_subjects: int | None = None) -> 
         raise MescError(f"n_subjects applies only to eyaleb, not {cfg.name}; leave it out")
     else:
         ds = LOADERS[cfg.name](root, n_subjects=n_subjects)
-    ds = dataclasses.replace(ds, data_dir=root.path)
     # Hashed now, not at the first record: a file replaced during a long run is not named.
-    ds.file_hashes  # noqa: B018
-    return ds
+    return dataclasses.replace(ds, file_hashes={
+        p.relative_to(root.path).as_posix(): sha256_of([p]) for p in ds.source})
