@@ -680,6 +680,24 @@ def test_sample_linked_only_by_rounding_is_flagged():
 
 
 @pytest.mark.filterwarnings("ignore:Graph is not fully connected")
+def test_sample_isolated_in_the_affinity_is_flagged_and_strict_gives_the_reference():
+    """Sample 0's row of C is minus a multiple of the others' sum, so its U·Uᵀ entries with
+    every other sample are negative (≤ −0.3): degree 0 in the affinity graph. Its row of the
+    spectral embedding is then rounding noise, which discretize scales to a unit row: its label
+    moved between the routes (seeds 1-3), with every gap and margin clear."""
+    C, _ = trained_like(2)
+    C = C.astype(np.float64)
+    C[0] = -0.05 * C[1:].sum(axis=0)
+    for seed in range(4):
+        info = {}
+        pc.cluster(C, 5, 1.0, 4, 2.0, seed=seed, info=info)
+        assert info["ill_posed"] and info["degree_rounding"] == np.inf, info
+        np.testing.assert_array_equal(
+            pc.cluster(C, 5, 1.0, 4, 2.0, seed=seed, method="strict"),
+            pc.cluster(C, 5, 1.0, 4, 2.0, seed=seed, method="reference"))
+
+
+@pytest.mark.filterwarnings("ignore:Graph is not fully connected")
 def test_isolated_sample_in_the_affinity_is_sklearns():
     """A sample with no positive affinity to any other (its row of U·Uᵀ is ≤ 0 off the
     diagonal) is an isolated node: csgraph's Laplacian gives it degree 1, not 0 (a 0 would divide

@@ -65,7 +65,9 @@ arbitrary). ``ill_posed`` is set when either is below its bound; when a sample's
 is rounding noise (``embedding_norm_ratio`` below ``EMBEDDING_NORM_MIN``: the rank-r subspace
 misses that sample, and step 5 scales the noise to a unit row); when a sample's degree in the
 affinity graph is too (``degree_rounding`` above ``DEGREE_ROUNDING_MAX``: its U·Uᵀ entries
-with the others are all near zero, and the Laplacian's √degree scaling of it is arbitrary);
+with the others are all near zero, and the Laplacian's √degree scaling of it is arbitrary, or
+all negative, and its row of the spectral embedding is noise that discretize scales to a unit
+row);
 at a power below 1, when entries of U·Uᵀ near zero make the affinity move by more than
 ``AFFINITY_ROUNDING_MAX`` with that rounding (``affinity_rounding``, see
 ``fast._power_rounding``); where the fast route falls back to the reference's svds (an

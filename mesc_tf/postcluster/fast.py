@@ -232,19 +232,17 @@ def _affinity_inplace(U: np.ndarray, power: float, info: dict | None = None) -> 
 def _degree_rounding(Z, power: float) -> float:
     """The largest relative rounding of a sample's degree in the affinity graph,
     power · Z_ROUNDING / (its largest U·Uᵀ entry with another sample), the degree being led by
-    that entry's power; inf where that entry is rounding noise (|entry| ≤ Z_ROUNDING). The
-    Laplacian divides by √degree: a sample linked to no other but by noise (degree 1e-23 on a
-    random 32×32 C) gets an arbitrary scale, which moves every label on either route. A
-    sample whose entries are all below −Z_ROUNDING is isolated on every route: not counted.
+    that entry's power; inf where that entry is rounding noise (|entry| ≤ Z_ROUNDING) or
+    negative. The Laplacian divides by √degree: a sample linked to no other but by noise
+    (degree 1e-23 on a random 32×32 C) gets an arbitrary scale, which moves every label on
+    either route. A sample whose entries are all negative is isolated (degree 0): its row of
+    the spectral embedding is zero but for rounding, which discretize scales to a unit row, so
+    its label differs between the routes too.
     """
     diagonal = Z.diagonal().copy()
     np.fill_diagonal(Z, -np.inf)
-    best = Z.max(axis=1)
+    low = float(Z.max(axis=1).min())
     np.fill_diagonal(Z, diagonal)
-    best = best[best > -Z_ROUNDING]
-    if best.size == 0:
-        return 0.0
-    low = float(best.min())
     return power * Z_ROUNDING / low if low > Z_ROUNDING else np.inf
 
 
