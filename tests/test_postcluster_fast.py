@@ -712,6 +712,25 @@ def test_isolated_sample_in_the_affinity_is_sklearns():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.filterwarnings("ignore:Graph is not fully connected")
+def test_isolated_sample_on_the_lanczos_route_is_no_error(monkeypatch):
+    """Lanczos on D^-1/2·A·D^-1/2 leaves an isolated sample's row of the eigenvectors exactly
+    zero, on which discretize failed (LinAlgError after 30 restarts): the Cholesky
+    shift-invert takes over, and with its blocks off (ARPACK as sklearn's) gives
+    sklearn's labels but the isolated sample's (rounding noise on either route)."""
+    monkeypatch.setattr(pc_fast, "SI_LU_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "LANCZOS_MAX_PRODUCTS", 600)
+    monkeypatch.setattr(pc_fast, "BLOCK_SI_MAX_VECTORS", 0)
+    C, _ = trained_like(2)
+    L = pc.affinity(pc.thrC(C, 0.2), 5, 4, 2.0, "mesc")
+    L[0, 1:] = 0.0
+    L[1:, 0] = 0.0
+    info = {}
+    got = pc_fast._spectral_inplace(L.copy(), 5, 0, info)
+    assert info["lanczos_products"] > 0 and "Cholesky" in info["spectral"]
+    np.testing.assert_array_equal(got[1:], pc.spectral(L, 5, 0)[1:])
+
+
 def test_strict_recomputes_with_the_lu_above_the_cholesky_size(monkeypatch):
     """Above SI_LU_MAX_N the fast route's spectral step takes a Cholesky factor (labels equal
     sklearn's to rounding only); strict's recomputation must take sklearn's LU there too, as

@@ -399,8 +399,10 @@ def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None =
     """The K smallest eigenpairs of the normalised Laplacian I − M, from ARPACK's Lanczos on
     the largest algebraic eigenvalues of M (tol 0, as sklearn's call). Each step is one
     symmetric product that reads half of M, and nothing is factorised. Returns (λ ascending,
-    eigenvectors), or None if ARPACK has not converged within ``LANCZOS_MAX_PRODUCTS``;
-    ``info["lanczos_products"]`` counts the products either way.
+    eigenvectors), or None if ARPACK has not converged within ``LANCZOS_MAX_PRODUCTS`` or has
+    left a sample's row of the eigenvectors exactly zero (an isolated sample: discretize, which
+    scales rows to unit norm, would fail on it; shift-invert leaves rounding there, as
+    sklearn's); ``info["lanczos_products"]`` counts the products either way.
     """
     n = M.shape[0]
     upper = M.T  # the symmetric C-ordered buffer's Fortran view: dsymv reads it without a copy
@@ -424,6 +426,8 @@ def _lanczos_smallest(M: np.ndarray, K: int, v0: np.ndarray, info: dict | None =
     finally:
         if info is not None:
             info["lanczos_products"] = products[0]
+    if not np.abs(vectors).max(axis=1).all():
+        return None
     order = np.argsort(1.0 - mu, kind="stable")
     return 1.0 - mu[order], vectors[:, order]
 
