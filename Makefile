@@ -1,13 +1,16 @@
-# mesc-tf: one target per experiment. Data is found via $MESC_DATA_DIR (default: ../shared/data
-# when it exists, else ./data); extra options go in ARGS, e.g. `make orl ARGS="--seed 3"`.
+# mesc-tf: one target per experiment. Data is found via $MESC_DATA_DIR (default: the shared
+# folder's data/ when it exists, else ./data); extra options go in ARGS, e.g.
+# `make orl ARGS="--seed 3"`.
 PYTHON ?= python
 BENCHMARKS := orl coil20 coil40 coil100 eyaleb usps mnist
 PRETRAINABLE := $(BENCHMARKS) toy
 FIGURES := ablation toy sensitivity convergence tsne confusion
 SEEDS ?= 0,1,2,3,4
 JOBS ?= 1
-ifneq ($(wildcard ../shared/data),)
-MESC_DATA_DIR ?= $(abspath ../shared/data)
+# The shared folder: $MESC_SHARED_DIR (a checkout elsewhere), else ../shared beside this one.
+SHARED_DIR := $(or $(MESC_SHARED_DIR),../shared)
+ifneq ($(wildcard $(SHARED_DIR)/data),)
+MESC_DATA_DIR ?= $(abspath $(SHARED_DIR)/data)
 endif
 export MESC_DATA_DIR
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -51,13 +54,13 @@ run:
 
 # The port against the released graph on ORL, the authors' reference C's settings (README,
 # "Faithfulness"); other datasets: python experiments/faithfulness.py --dataset D.
-ORL_REFERENCE_C := $(wildcard ../shared/reference/orl_decoupled_entropy_C100.npy)
+ORL_REFERENCE_C := $(wildcard $(SHARED_DIR)/reference/orl_decoupled_entropy_C100.npy)
 # Without it the run only compares the port with the rebuilt graph, which reads the same
 # weights and images: a converter or loader bug would pass unseen, so say so (on stderr),
 # unless ARGS gives its own --against.
 ORL_AGAINST = $(if $(ORL_REFERENCE_C),--against $(ORL_REFERENCE_C),$(if $(findstring \
-    --against,$(ARGS)),,$(warning ../shared/reference/orl_decoupled_entropy_C100.npy not \
-    found: running without --against (the authors' C))))
+    --against,$(ARGS)),,$(warning $(SHARED_DIR)/reference/orl_decoupled_entropy_C100.npy not \
+    found: running without --against (the authors' C); MESC_SHARED_DIR names the shared folder)))
 faithfulness:
 	$(PYTHON) experiments/faithfulness.py --dataset orl --reg1 1 --reg2 0.2 --lr 1e-3 --epochs 100 \
 	    --noise-floor $(ORL_AGAINST) $(ARGS)

@@ -1450,19 +1450,28 @@ def test_make_gives_orl_the_authors_auto_encoder_unless_args_name_another():
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_faithfulness_says_when_it_runs_without_the_authors_c(tmp_path):
-    """Without ../shared/reference the run compares the port only with the rebuilt graph, which
-    reads the same weights and images: `make faithfulness` says so on stderr instead of
-    dropping --against unseen."""
+    """Without ../shared/reference (or $MESC_SHARED_DIR/reference) the run compares the port
+    only with the rebuilt graph, which reads the same weights and images: `make faithfulness`
+    says so on stderr instead of dropping --against unseen."""
     import os
 
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MESC_SHARED_DIR")}
     (tmp_path / "repo").mkdir()
     shutil.copy(REPO / "Makefile", tmp_path / "repo")
 
-    def make(*args):
+    def make(*args, shared=None):
         return subprocess.run(["make", "-n", "--no-print-directory", "faithfulness",
                                "PYTHON=python", *args], cwd=tmp_path / "repo",
-                              capture_output=True, text=True, env=env, check=True)
+                              capture_output=True, text=True, check=True,
+                              env={**env, "MESC_SHARED_DIR": shared} if shared else env)
+
+    elsewhere = tmp_path / "elsewhere" / "reference"  # a shared folder not beside the checkout
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "orl_decoupled_entropy_C100.npy").write_bytes(b"")
+    named = make(shared=str(elsewhere.parent))
+    assert f"--against {elsewhere}/orl_decoupled_entropy_C100.npy" in named.stdout
+    assert "without --against" not in named.stderr
 
     alone = make()
     assert "--against" not in alone.stdout and "running without --against" in alone.stderr
