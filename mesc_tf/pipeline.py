@@ -45,6 +45,11 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     # negative-pixel warning is the callers' (the estimator and the loaders give it already).
     x = validate_images(x, image_shape=arch.image_shape, where="pretraining images",
                         warn_negative=False)
+    peak = float(np.max(np.abs(x)))
+    if peak * peak < np.finfo(np.float32).tiny:  # every square is 0 (TF flushes subnormals)
+        raise MescError(f"pretraining images: the largest pixel magnitude is {peak:.3g}, whose "
+                        "square is 0 in float32, so the relative reconstruction error is "
+                        "undefined; rescale the images, e.g. to [0, 1]")
     ae = init if init is not None else ConvAutoEncoder(
         arch, kernel_initializer=schedule.initializer).build_for_input()
     net = PretrainNet(ae)

@@ -145,6 +145,19 @@ def test_pretraining_refuses_nan_images_before_training(x):
         pipeline.pretrain(x - 0.1, ARCH, Pretrain(max_steps=1), verbose=0)
 
 
+def test_pretraining_refuses_images_whose_squares_underflow(x):
+    """Pixels below ~1e-19: every square is 0 in float32 (TF flushes subnormals), and the
+    relative error's 0/0 was a ZeroDivisionError traceback (also from the estimator's fit);
+    now one line, before any training. Pixels of 1e-18 still pretrain."""
+    configure_runtime(0)
+    with pytest.raises(MescError, match=r"largest pixel magnitude is 1e-20, whose square is 0 "
+                       r"in float32.*rescale the images"):
+        pipeline.pretrain(x * np.float32(1e-20 / x.max()), ARCH, Pretrain(max_steps=2),
+                          verbose=0)
+    _, info = pipeline.pretrain(x * np.float32(1e-18), ARCH, Pretrain(max_steps=1), verbose=0)
+    assert np.isfinite(info["relative_error"])
+
+
 def test_lr_patience_halves_the_rate_on_plateaus(x):
     """With no improvement, ReduceLROnPlateau halves the rate every ``lr_patience`` steps."""
     configure_runtime(0)
