@@ -41,6 +41,18 @@ def transposed_output_padding(size_in, size_out):
     return None if all(p == 1 for p in pads) else pads
 
 
+def _own_initializer(initializer):
+    """``initializer`` for one layer. A Keras initializer object draws from a seed fixed when it
+    is made, so one object shared by the layers drew the same values for each (every decoder
+    kernel was its mirrored encoder kernel): each layer gets its own copy, with a seed of its
+    own unless the object was given one."""
+    if isinstance(initializer, str) and initializer == "truncated_normal":
+        return keras.initializers.TruncatedNormal(stddev=0.1)  # tf.truncated_normal, TF1 style
+    if isinstance(initializer, keras.initializers.Initializer):
+        return type(initializer).from_config(initializer.get_config())
+    return initializer
+
+
 def _serializable(cls):
     return keras.saving.register_keras_serializable(package="mesc_tf")(cls)
 
@@ -189,12 +201,10 @@ class ConvAutoEncoder(keras.Model):
         if isinstance(arch, dict):  # from_config
             arch = Architecture.from_dict(arch)
         self.arch = arch
-        if kernel_initializer == "truncated_normal":  # tf.truncated_normal(stddev=0.1), TF1 style
-            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.1)
-        conv = dict(strides=2, padding="same", activation="relu",
-                    kernel_initializer=kernel_initializer, bias_initializer="zeros")
+        conv = dict(strides=2, padding="same", activation="relu", bias_initializer="zeros")
         self.encoder_layers = [
-            keras.layers.Conv2D(c, k, name=f"enc_{i}", **conv)
+            keras.layers.Conv2D(c, k, name=f"enc_{i}", **conv,
+                                kernel_initializer=_own_initializer(kernel_initializer))
             for i, (k, c) in enumerate(zip(arch.kernels, arch.channels))
         ]
         sizes = encoder_sizes(arch)
@@ -205,7 +215,8 @@ class ConvAutoEncoder(keras.Model):
             filters = arch.channels[i - 1] if i > 0 else 1
             self.decoder_layers.append(keras.layers.Conv2DTranspose(
                 filters, arch.kernels[i], name=f"dec_{j}",
-                output_padding=transposed_output_padding(sizes[i + 1], sizes[i]), **conv))
+                output_padding=transposed_output_padding(sizes[i + 1], sizes[i]), **conv,
+                kernel_initializer=_own_initializer(kernel_initializer)))
         self.latent_shape = (*sizes[-1], arch.channels[-1])
 
     def __call__(self, x, *args, **kwargs):

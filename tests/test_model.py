@@ -843,3 +843,21 @@ def test_evaluate_and_predict_steps_must_be_whole_executions():
             call(full_batch(x), steps=1, verbose=0)
     assert model.predict(full_batch(x), steps=3, verbose=0)[0].shape == (18, 8, 8, 1)
     assert model.predict(x, verbose=0)[0].shape == (6, 8, 8, 1)
+
+
+@pytest.mark.parametrize("initializer", ["truncated_normal", "he_normal", "glorot_uniform",
+                                         "instance"])
+def test_every_layer_draws_its_own_kernel(initializer):
+    """One Keras initializer object draws the same values at every call; shared by the layers
+    (truncated_normal, or an object given), each decoder kernel was its mirrored encoder kernel
+    and every kernel began with the same numbers. TF1 drew each layer on its own."""
+    import keras
+
+    if initializer == "instance":
+        initializer = keras.initializers.TruncatedNormal(stddev=0.1)
+    ae = ConvAutoEncoder(get_config("orl").arch, kernel_initializer=initializer).build_for_input()
+    kernels = [layer.kernel.numpy().ravel() for layer in ae.named_layers]
+    firsts = {float(k[0]) for k in kernels}
+    assert len(firsts) == len(kernels)  # six layers, six different draws
+    if initializer == "truncated_normal":
+        assert all(np.abs(k).max() <= 0.2 + 1e-6 for k in kernels)  # σ 0.1, cut at 2σ
