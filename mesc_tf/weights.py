@@ -286,7 +286,7 @@ def read_tf1_checkpoint(prefix, image_shape):
     biases = [t[n] for n in names[2 * n_layers:]]
     weights = {f"enc_{i}": (t[f"enc_w{i}"], biases[i]) for i in range(n_layers)}
     weights.update({f"dec_{j}": (t[f"dec_w{j}"], biases[n_layers + j]) for j in range(n_layers)})
-    arch = Architecture(image_shape=tuple(image_shape),
+    arch = Architecture(image_shape=image_shape,  # checked there: tuple(32) was a TypeError
                         kernels=tuple(int(t[f"enc_w{i}"].shape[0]) for i in range(n_layers)),
                         channels=tuple(int(t[f"enc_w{i}"].shape[3]) for i in range(n_layers)))
     return arch, weights

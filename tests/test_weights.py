@@ -203,6 +203,10 @@ def test_image_shape_with_its_channel_is_accepted(synthetic_tf1, tmp_path):
     expect_error("image_shape must be \\(height, width\\) of one-channel images, got "
                  "\\(32, 32, 3\\)", Architecture, (32, 32, 3), (3,), (15,))
     expect_error("got \\(32, 0\\)", Architecture, (32, 0), (3,), (15,))
+    for shape in (32, None):  # a number for the pair: one error, nothing written
+        expect_error("image_shape must be a sequence", convert_tf1_checkpoint,
+                     synthetic_tf1["coil20"], shape, tmp_path / "n.h5")
+    assert not (tmp_path / "n.h5").exists()
 
 
 def test_architecture_normalises_and_checks_layers():
