@@ -162,6 +162,21 @@ def _check_save_path(model, filepath):
                         f"back: save it as .keras{own}, or its weights as .weights.h5")
 
 
+def _holds_optimizer_state(filepath) -> bool:
+    """Whether a Keras ``.weights.h5`` file holds an optimizer's variables (False where it
+    cannot tell: another format, or a file Keras will refuse itself)."""
+    import h5py
+
+    if not str(filepath).endswith(".weights.h5"):
+        return False
+    try:
+        with h5py.File(filepath, "r") as f:
+            group = f.get("optimizer/vars")
+            return isinstance(group, h5py.Group) and len(group) > 0
+    except (OSError, ValueError):
+        return False
+
+
 def _op_determinism() -> bool:
     from tensorflow.python.framework.config import is_op_determinism_enabled  # no public getter
 
@@ -309,7 +324,7 @@ class _OwnLossModel(keras.Model):
     Keras' batch-level backups and partial executions would break. They run in float32 and are
     built on construction (the auto-encoder builds by shape), so BackupAndRestore,
     ``save_weights`` and ``summary`` work before the first call, and ``load_weights`` restores
-    Adam's state too."""
+    Adam's state too (once compiled; before, it warns)."""
 
     def __init__(self, autoencoder, **kwargs):
         super().__init__(**kwargs)
@@ -374,6 +389,12 @@ class _OwnLossModel(keras.Model):
         # Keras skips the file's optimizer state (Adam's slots and step count) while the
         # optimizer is unbuilt, as it is before the first step: build it first.
         self._build_optimizer()
+        if getattr(self, "optimizer", None) is None and _holds_optimizer_state(filepath):
+            # Keras then loads the weights alone, without a word: a model compiled after it
+            # would go on with a fresh Adam, not the saved one.
+            warnings.warn(f"{filepath} holds Adam's state, but this {type(self).__name__} has no "
+                          "optimizer yet, so only its weights are loaded: compile it first to "
+                          "restore Adam's state too", MescWarning, stacklevel=2)
         return super().load_weights(filepath, *args, **kwargs)
 
     def fit(self, *args, **kwargs):

@@ -3,6 +3,7 @@
 
 import math
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -617,6 +618,29 @@ def test_load_weights_into_a_fresh_model_restores_adam_too(tmp_path):
     pretrain.compile(optimizer=adam(1e-3))
     terms = pretrain.evaluate(x, batch_size=6, verbose=0, return_dict=True)
     assert set(terms) == {"recon", "rel_err"} and 0 < terms["rel_err"]
+
+
+def test_load_weights_before_compile_says_adam_is_not_restored(tmp_path):
+    """Into a model with no optimizer yet, Keras loaded the weights alone without a word: the
+    model compiled after it went on with a fresh Adam. Now a warning says to compile first; a
+    file without Adam's state, or a compiled model, loads as before."""
+    from mesc_tf.errors import MescWarning
+    from mesc_tf.training import adam
+
+    model, x = tiny_mescnet(6)
+    model.save_weights(tmp_path / "untrained.weights.h5")  # no optimizer: nothing to restore
+    _fitted_coef(model, x, epochs=3)
+    model.save_weights(tmp_path / "w.weights.h5")
+    fresh, _ = tiny_mescnet(6)
+    with pytest.warns(MescWarning, match="has no optimizer yet.*compile it first"):
+        fresh.load_weights(tmp_path / "w.weights.h5")
+    np.testing.assert_array_equal(fresh.coef.numpy(), model.coef.numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MescWarning)
+        tiny_mescnet(6)[0].load_weights(tmp_path / "untrained.weights.h5")
+        fresh.compile(optimizer=adam(1e-2))
+        fresh.load_weights(tmp_path / "w.weights.h5")
+    assert int(fresh.optimizer.iterations) == 3
 
 
 # Keras' own note on loading: the recompiled model's fresh Adam saved no slots to restore.
