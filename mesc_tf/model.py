@@ -331,6 +331,14 @@ class _OwnLossModel(keras.Model):
         _require_float32(self)
         if isinstance(autoencoder, dict):  # from_config
             autoencoder = keras.saving.deserialize_keras_object(autoencoder)
+        if not isinstance(autoencoder, ConvAutoEncoder):  # else an AttributeError below
+            hint = (" (load_autoencoder returns (autoencoder, metadata): ae, _ = "
+                    "load_autoencoder(...))" if isinstance(autoencoder, tuple) else
+                    " (this model's auto-encoder is its .autoencoder)"
+                    if isinstance(getattr(autoencoder, "autoencoder", None), ConvAutoEncoder)
+                    else "")
+            raise MescError(f"{type(self).__name__} needs a mesc_tf.model.ConvAutoEncoder, got "
+                            f"{type(autoencoder).__name__}{hint}")
         self.autoencoder = autoencoder
 
     def build(self, input_shape=None):

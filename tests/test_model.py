@@ -885,3 +885,19 @@ def test_every_layer_draws_its_own_kernel(initializer):
     assert len(firsts) == len(kernels)  # six layers, six different draws
     if initializer == "truncated_normal":
         assert all(np.abs(k).max() <= 0.2 + 1e-6 for k in kernels)  # σ 0.1, cut at 2σ
+
+
+def test_models_refuse_what_is_not_an_autoencoder():
+    """load_autoencoder's (autoencoder, metadata) pair, a file name or another model given as
+    the auto-encoder: one MescError naming what to give, not an AttributeError."""
+    from mesc_tf.errors import MescError
+    from mesc_tf.model import PretrainNet
+
+    model, _ = tiny_mescnet(4)
+    settings = get_config("toy").mesc
+    for given, hint in [((model.autoencoder, {}), r"ae, _ = load_autoencoder"),
+                        (model, r"its \.autoencoder"), ("ae.h5", r"got str$")]:
+        with pytest.raises(MescError, match=f"needs a mesc_tf.model.ConvAutoEncoder.*{hint}"):
+            MESCNet(given, 4, settings)
+        with pytest.raises(MescError, match="PretrainNet needs a mesc_tf.model.ConvAutoEncoder"):
+            PretrainNet(given)
