@@ -215,6 +215,10 @@ class ConvAutoEncoder(keras.Model):
         _require_float32(self)
         if isinstance(arch, dict):  # from_config
             arch = Architecture.from_dict(arch)
+        if not isinstance(arch, Architecture):  # else an AttributeError below
+            raise MescError(f"ConvAutoEncoder needs a mesc_tf.config.Architecture, got a "
+                            f"{type(arch).__name__}; a dataset's is get_config(name).arch, or "
+                            "build one with Architecture(image_shape, kernels, channels)")
         self.arch = arch
         conv = dict(strides=2, padding="same", activation="relu", bias_initializer="zeros")
         self.encoder_layers = [

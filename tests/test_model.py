@@ -901,3 +901,14 @@ def test_models_refuse_what_is_not_an_autoencoder():
             MESCNet(given, 4, settings)
         with pytest.raises(MescError, match="PretrainNet needs a mesc_tf.model.ConvAutoEncoder"):
             PretrainNet(given)
+
+
+def test_autoencoder_refuses_what_is_not_an_architecture():
+    """A dataset's config, its name or a bare tuple for the architecture: one MescError, not
+    an AttributeError ('DatasetConfig' object has no attribute 'kernels')."""
+    from mesc_tf.errors import MescError
+
+    for given in (get_config("orl"), "orl", ((32, 32), (3,), (3,))):
+        with pytest.raises(MescError, match=r"needs a mesc_tf.config.Architecture, got "
+                                            r".*get_config\(name\).arch"):
+            ConvAutoEncoder(given)
