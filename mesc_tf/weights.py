@@ -294,6 +294,10 @@ def read_tf1_checkpoint(prefix, image_shape):
 
 def load_tf1_checkpoint(prefix, arch: Architecture):
     """A ConvAutoEncoder for ``arch`` holding the weights of a TF1 checkpoint."""
+    if not isinstance(arch, Architecture):  # its image_shape below
+        raise MescError(f"load_tf1_checkpoint's arch must be a mesc_tf.config.Architecture, got "
+                        f"a {type(arch).__name__}; a dataset's is get_config(name).arch "
+                        "(read_tf1_checkpoint takes an image shape)")
     ckpt_arch, weights = read_tf1_checkpoint(prefix, arch.image_shape)
     if ckpt_arch != arch:
         raise MescError(f"TF1 checkpoint {prefix} is an auto-encoder with kernels "

@@ -243,6 +243,10 @@ def test_architecture_from_dict_needs_its_three_keys():
 def test_tf1_checkpoint_wrong_architecture(synthetic_tf1):
     expect_error("kernels \\(3,\\) and channels \\(15,\\)", load_tf1_checkpoint,
                  synthetic_tf1["coil20"], get_config("coil40").arch)
+    for given in (get_config("coil20"), (32, 32)):  # not an Architecture: no AttributeError
+        expect_error(r"arch must be a mesc_tf.config.Architecture, got a "
+                     rf"{type(given).__name__}; a dataset's is get_config\(name\).arch",
+                     load_tf1_checkpoint, synthetic_tf1["coil20"], given)
 
 
 def forward_errors(ae, x, batch_size=2048):
