@@ -206,7 +206,12 @@ class StepProgbar(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         if self.bar is not None and self._step < self.total_steps:
-            print(flush=True)  # stopped early: the bar's line is not ended yet
+            # Stopped early: the bar skips updates within 0.05 s of the last one, so it may not
+            # show the last step yet, and its line is not ended.
+            if self._step:
+                self.bar.update(self._step, finalize=True)
+            else:
+                print(flush=True)
         elif self._line is not None:  # the last step's line, wherever training stopped
             print(self._line, flush=True)
 

@@ -267,6 +267,22 @@ def test_progress_bar_shows_each_value_of_the_last_step(capsys, monkeypatch):
     assert "learning_rate: 0.5000" in shown and "val_loss: 2.0000" in shown
 
 
+def test_progress_bar_stopped_early_shows_the_last_step(capsys, monkeypatch):
+    """On a terminal Keras' bar skips an update within 0.05 s of the last one; stopped early
+    (EarlyStopping), it ended on an earlier step's line (1/5 after two steps)."""
+    from mesc_tf.training import StepProgbar
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    bar = StepProgbar(5)
+    bar.on_train_begin()
+    bar.on_epoch_end(0, {"loss": 3.0})
+    bar.on_epoch_end(1, {"loss": 1.0})  # within 0.05 s: not shown
+    bar.on_train_end()
+    out = capsys.readouterr().out
+    shown = out.split("\r")[-1]
+    assert "2/5" in shown and "loss: 1.0000" in shown and out.endswith("\n")
+
+
 def test_configure_runtime_switches_tf32_off_and_determinism_on():
     """TF32 off (the references ran without it, pitfall 4) and op determinism on; off again
     with deterministic=False."""
