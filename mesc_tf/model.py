@@ -159,7 +159,8 @@ def _check_save_path(model, filepath):
         own = (" (an auto-encoder in the project's .h5 format, as pretrained/: "
                "mesc_tf.save_autoencoder)" if isinstance(model, ConvAutoEncoder) else "")
         raise MescError(f"Keras' legacy HDF5 format does not load a {type(model).__name__} "
-                        f"back: save it as .keras{own}, or its weights as .weights.h5")
+                        f"back: save it as .keras{own}, or its weights with save_weights "
+                        "(a .weights.h5 file)")
 
 
 def _holds_optimizer_state(filepath) -> bool:
