@@ -164,18 +164,25 @@ def available_memory() -> int:
     return min(x for x in _memory_limits() if x is not None)
 
 
+def _available_text() -> tuple[int, str]:
+    """(:func:`available_memory`, "<size> is available" and what sets that limit where it is
+    not the machine's: the cap or the memory cgroup), read once."""
+    machine, room, cap = _memory_limits()
+    have = min(x for x in (machine, room, cap) if x is not None)
+    why = (f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == cap else
+           " (what this process's memory cgroup, e.g. a container's limit, leaves)"
+           if have == room else "")
+    return have, f"{size_text(have)} is available{why}"
+
+
 def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
-    machine, room, cap = _memory_limits()
     need = memory_estimate(n_samples, arch, rank)
-    have = min(x for x in (machine, room, cap) if x is not None)
+    have, available = _available_text()
     if need > have:
-        why = (f" (the cap {MEMORY_LIMIT_ENV} sets)" if have == cap else
-               " (what this process's memory cgroup, e.g. a container's limit, leaves)"
-               if have == room else "")
         raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)} "
-                        f"but {size_text(have)} is available{why}; use a subset of the data "
-                        "or a machine with more memory")
+                        f"but {available}; use a subset of the data or a machine with more "
+                        "memory")
     return need
 
 
@@ -190,12 +197,13 @@ def pretrain_batch_size(n_samples: int, arch: Architecture, requested=None):
         return None if requested >= n else int(requested)
     per_image = _training_bytes_per_image(arch)
     pixels = arch.image_shape[0] * arch.image_shape[1]
-    room = available_memory() - RUNTIME_BYTES - 4 * n * pixels  # the images themselves stay
+    have, available = _available_text()
+    room = have - RUNTIME_BYTES - 4 * n * pixels  # the images themselves stay
     if n * per_image <= room:
         return None
     if room < per_image:
         raise MescError(f"pretraining on {n} images of {arch.image_shape} needs about "
                         f"{size_text(RUNTIME_BYTES + 4 * n * pixels + per_image)} even one "
-                        f"image per step, but {size_text(available_memory())} is available; "
-                        "use a subset of the data or a machine with more memory")
+                        f"image per step, but {available}; use a subset of the data or a "
+                        "machine with more memory")
     return int(room // per_image)

@@ -407,6 +407,15 @@ def test_pretraining_batch_is_the_whole_set_unless_memory_says_otherwise(monkeyp
         size(40, ARCH, 0)
 
 
+def test_pretraining_too_large_names_the_cap_that_limits_it(monkeypatch):
+    """As check_memory's: a refusal under $MESC_MEMORY_LIMIT_BYTES names the cap, not only 'a
+    machine with more memory' (it said the latter alone, though the machine had room)."""
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, "1e6")
+    with pytest.raises(MescError, match=r"976\.6 KiB is available \(the cap "
+                       r"MESC_MEMORY_LIMIT_BYTES sets\)"):
+        memory.pretrain_batch_size(40, ARCH)
+
+
 def test_pretrain_command_checks_the_new_options(capsys):
 
     mod = load_script("experiments/pretrain.py", "pretrain_cli")
