@@ -1485,6 +1485,37 @@ def test_make_faithfulness_says_when_it_runs_without_the_authors_c(tmp_path):
     assert "without --against" not in found.stderr
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_faithfulness_with_other_settings_leaves_the_authors_c_out(tmp_path):
+    """The authors' C is after 100 steps of the target's settings: `make faithfulness
+    ARGS="--epochs 20"` compared a 20-step C with it (0.6 apart, as if the port were wrong).
+    ARGS that change the settings now leave --against out and say so on stderr."""
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MESC_SHARED_DIR")}
+    (tmp_path / "repo").mkdir()
+    shutil.copy(REPO / "Makefile", tmp_path / "repo")
+    (tmp_path / "shared" / "reference").mkdir(parents=True)
+    (tmp_path / "shared" / "reference" / "orl_decoupled_entropy_C100.npy").write_bytes(b"")
+
+    def make(args):
+        return subprocess.run(["make", "-n", "--no-print-directory", "faithfulness",
+                               "PYTHON=python", f"ARGS={args}"], cwd=tmp_path / "repo",
+                              capture_output=True, text=True, check=True, env=env)
+
+    for args in ("--epochs 20", "--epochs=20", "--reg2 1 --lr 1e-4", "--samples 40",
+                 "--method our_wo_net", "--tf1-checkpoint p"):
+        run = make(args)
+        assert "--against" not in run.stdout, args
+        assert "running without --against" in run.stderr and args.split()[0][:7] in run.stderr
+    kept = make("--json f.json --force")  # the same settings: the authors' C is compared
+    assert "--against ../shared/reference/orl_decoupled_entropy_C100.npy" in kept.stdout
+    assert "without --against" not in kept.stderr
+    own = make("--epochs 20 --against C.npy")  # the user's own C, once
+    assert own.stdout.count("--against") == 1 and "without --against" not in own.stderr
+
+
 # argparse's own refusals: an option or value the script no longer takes. A file the command
 # names but this machine lacks (a /tmp folder of some session) is refused too, but is not drift.
 _SYNTAX_ERRORS = ("unrecognized arguments", "invalid choice", "invalid", "expected one argument",
