@@ -303,6 +303,22 @@ def _run_child(cmd):
     return proc.returncode, usage
 
 
+def _failure(exit_status, original=True):
+    """What a child's exit status says: one a signal ended printed no error line. The one the
+    OOM killer is likeliest to end is MNIST's, with the released graph's ~11 GB (``original``)."""
+    if exit_status >= 0:
+        return f"exit status {exit_status}"
+    try:
+        name = signal.Signals(-exit_status).name
+    except ValueError:
+        name = f"signal {-exit_status}"
+    if -exit_status != signal.SIGKILL:
+        return f"killed by {name}"
+    return f"killed by {name} (out of memory? the kernel's OOM killer sends it" + (
+        "; --no-original leaves out the released graph, which needs the most)" if original
+        else ")")
+
+
 def end_to_end(dataset, epochs, coef_path, out_dir):
     """experiments/run.py on the whole dataset in a subprocess; its peak RSS, timings, metrics."""
     src = autoencoder_source(dataset)
@@ -480,8 +496,8 @@ def main(argv=None):
             t = time.perf_counter()
             exit_status, _ = _run_child(cmd)
             if exit_status != 0 or not out.exists():
-                report["results"].append({"dataset": name,
-                                          "error": f"exit status {exit_status}"})
+                error = _failure(exit_status, args.original)
+                report["results"].append({"dataset": name, "error": error})
                 continue
             res = json.loads(out.read_text())
             res["wall_s"] = round(time.perf_counter() - t, 1)

@@ -690,3 +690,24 @@ def test_bench_main_collects_the_children_and_keeps_a_partial_report(bench, monk
     assert e.value.code == 2
     results = json.loads(out.read_text())["results"]
     assert results[1] == {"dataset": "eyaleb", "error": "exit status 1"}
+
+
+def test_bench_child_killed_by_a_signal_says_which(bench, monkeypatch, tmp_path, capsys):
+    """A child the OOM killer ended has no error line of its own: the report said only "exit
+    status -9" and pointed to errors "printed above". It names the signal, and for SIGKILL
+    what to try."""
+    from mesc_tf import provenance
+    from mesc_tf.errors import MescError
+
+    monkeypatch.setattr(provenance, "machine", dict)
+    monkeypatch.setattr(provenance, "versions", dict)
+    monkeypatch.setattr(bench, "_run_child", lambda cmd: (-signal.SIGKILL, None))
+    out = tmp_path / "bench.json"
+    with pytest.raises(MescError, match="1 benchmark"):
+        bench.main(["--datasets", "mnist", "--json", str(out)])
+    error = json.loads(out.read_text())["results"][0]["error"]
+    assert error.startswith("killed by SIGKILL (out of memory?") and "--no-original" in error
+    assert "mnist   error: killed by SIGKILL" in capsys.readouterr().out
+    assert bench._failure(-signal.SIGSEGV) == "killed by SIGSEGV"
+    assert "--no-original" not in bench._failure(-signal.SIGKILL, original=False)
+    assert bench._failure(3) == "exit status 3"
