@@ -12,7 +12,8 @@ Per dataset it measures, in that one process:
   the default, off (``ratio_mode``);
 * ``original_step_ms``: the same for the released MESC graph (TF1 ops in a ``tf.compat.v1``
   session, ``mesc_tf.released_graph``), fetching the loss and C with every update as the
-  released script does (reference-facts §2.6), same weights and settings;
+  released script does (reference-facts §2.6), same settings (its weights: the auto-encoder's
+  after our timed steps);
 * ``floor_ms``: the three n×n by n×p products a step cannot avoid (C·Z forward, dC = G·Zᵀ and
   dZ = Cᵀ·G) in one ``tf.function``;
 * ``autoencoder_ms``: the auto-encoder's forward and backward pass alone (see

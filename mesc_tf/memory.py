@@ -164,7 +164,7 @@ def available_memory() -> int:
     return min(x for x in _memory_limits() if x is not None)
 
 
-def _available_text() -> tuple[int, str]:
+def available_text() -> tuple[int, str]:
     """(:func:`available_memory`, "<size> is available" and what sets that limit where it is
     not the machine's: the cap or the memory cgroup), read once."""
     machine, room, cap = _memory_limits()
@@ -178,7 +178,7 @@ def _available_text() -> tuple[int, str]:
 def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
     """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
     need = memory_estimate(n_samples, arch, rank)
-    have, available = _available_text()
+    have, available = available_text()
     if need > have:
         raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)} "
                         f"but {available}; use a subset of the data or a machine with more "
@@ -197,7 +197,7 @@ def pretrain_batch_size(n_samples: int, arch: Architecture, requested=None):
         return None if requested >= n else int(requested)
     per_image = _training_bytes_per_image(arch)
     pixels = arch.image_shape[0] * arch.image_shape[1]
-    have, available = _available_text()
+    have, available = available_text()
     room = have - RUNTIME_BYTES - 4 * n * pixels  # the images themselves stay
     if n * per_image <= room:
         return None

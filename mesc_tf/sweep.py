@@ -612,9 +612,11 @@ def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) 
         return _Trained(snaps, time.perf_counter() - start, 0.0, 0, "read")
     cfg = get_config(dataset)
     need = training_memory(n, cfg.arch, len(steps))
-    if need > memory.available_memory():
+    have, available = memory.available_text()
+    if need > have:  # memory_check passed, but other processes have taken memory since
         raise MescError(f"{dataset}: training with {len(steps)} snapshots of C needs about "
-                        f"{size_text(need)}; sweep fewer epochs values at once or use --jobs 1")
+                        f"{size_text(need)} but {available}; sweep fewer epochs values at "
+                        "once, or fewer --jobs")
     configure_runtime(group.init_seed)
     autoencoder = ae.load(cfg.arch)
     load_s = time.perf_counter() - start
@@ -732,11 +734,10 @@ def memory_check(dataset, n_jobs, n_snapshots):
 
     cfg = get_config(dataset)
     need = n_jobs * training_memory(cfg.n_samples, cfg.arch, n_snapshots)
-    have = memory.available_memory()
+    have, available = memory.available_text()
     if need > have:
         raise MescError(f"{n_jobs} jobs on {dataset} need about {size_text(need)} but "
-                        f"{size_text(have)} is available; use fewer --jobs or fewer epochs "
-                        "values")
+                        f"{available}; use fewer --jobs or fewer epochs values")
 
 
 # ---------------------------------------------------------------------------------------------

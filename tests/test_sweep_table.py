@@ -775,7 +775,8 @@ def test_table_that_fails_before_its_first_cell_leaves_no_folder(synthetic_data,
                                                                  tmp_path, monkeypatch):
     monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     monkeypatch.setenv("MESC_MEMORY_LIMIT_BYTES", "1000")  # sweep.memory_check refuses
-    with pytest.raises(MescError, match="need about .*MiB but 1000 bytes is available"):
+    with pytest.raises(MescError, match=r"need about .*MiB but 1000 bytes is available "
+                       r"\(the cap MESC_MEMORY_LIMIT_BYTES sets\)"):
         _script("table").main(["--datasets", "toy", "--methods", "our", "--seeds", "0",
                                "--weights", f"toy={toy_weights}", "--max-epochs", "2",
                                "--out", str(tmp_path / "t")])
