@@ -103,9 +103,7 @@ def main(argv=None, cleanup=None):
         from mesc_tf.weights import check_autoencoder_file
 
         check_autoencoder_file(weights, cfg.arch)
-    from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
-
-    configure_runtime(args.seed, deterministic=not args.jit)  # Keras: no XLA under determinism
+    # Paths and hashes, also before TF: a missing pretrained/<dataset>.h5 or TF1 checkpoint.
     spec = sources.resolve_autoencoder(args.dataset, args.weights, args.tf1_checkpoint,
                                        args.no_pretrain)
     if args.resume and saved.get("autoencoder_sha256") not in (None, spec.sha256):
@@ -114,6 +112,9 @@ def main(argv=None, cleanup=None):
         raise MescError(f"{spec.describe()}: the file changed since the checkpoint in "
                         f"{out / 'checkpoint'} was made from it; put that file back to resume, "
                         "or drop --resume and pass --force to start over from this one")
+    from mesc_tf.training import configure_runtime  # TensorFlow: only once the input is checked
+
+    configure_runtime(args.seed, deterministic=not args.jit)  # Keras: no XLA under determinism
     ae, ae_source = spec.load(cfg.arch), spec.describe()
 
     # Every input is checked: only now replace an unfinished run's checkpoint (--force) and

@@ -268,6 +268,22 @@ def test_run_bad_input(case, files, tmp_path, capsys, monkeypatch):
     assert files["a_file"].read_text() == "not a directory\n"
 
 
+@pytest.mark.parametrize("case", ["missing-pretrained-h5", "tf1-not-found"])
+def test_run_finds_a_missing_autoencoder_before_tensorflow(case, files, tmp_path, capsys,
+                                                          monkeypatch):
+    """A missing pretrained/<dataset>.h5 (make coil40: none is shipped) or TF1 checkpoint is
+    the error line alone, not after seconds of TensorFlow's start-up lines."""
+    from mesc_tf import training
+
+    started = []
+    monkeypatch.setattr(training, "configure_runtime", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(files["empty"]))
+    build, needles = RUN_CASES[case]
+    code, _, err = invoke(RUN, [*build(files), "--out", tmp_path / "r"], capsys)
+    assert code == 2 and not started
+    assert_one_error_line(err, *needles)
+
+
 def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
     from mesc_tf import memory
 
