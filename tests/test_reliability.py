@@ -1384,6 +1384,21 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_rerun(files,
     assert sorted(p.name for p in out.rglob("*")) == ["checkpoint", "run.json"]
 
 
+def test_resume_of_a_finished_run_that_took_no_step_says_to_start_over(files, tmp_path,
+                                                                        capsys):
+    """--epochs 0 with --checkpoint-every saves no checkpoint: --resume --epochs M says to start
+    over with --force, not to rerun without --resume (that is refused: a finished run)."""
+    out = tmp_path / "run"
+    argv = ["--dataset", "orl", "--data-dir", files["dir"] / "orl", "--no-pretrain", "--out",
+            out, "--checkpoint-every", "1", "--quiet"]
+    assert invoke(RUN, [*argv, "--epochs", "0"], capsys)[0] == 0
+    assert not (out / "checkpoint" / "state.json").exists()
+    code, _, err = invoke(RUN, [*argv, "--epochs", "2", "--resume"], capsys)
+    assert code == 2
+    assert_one_error_line(err, "took no step (--epochs 0)", "--force")
+    assert invoke(RUN, [*argv, "--epochs", "2", "--force"], capsys)[0] == 0
+
+
 def test_resume_refuses_an_autoencoder_file_that_changed(files, tmp_path, capsys):
     """The checkpoint holds the auto-encoder the run started from: after --weights FILE was
     replaced, --resume is refused (results.json would record the new file's hash)."""
