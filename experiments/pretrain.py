@@ -261,16 +261,11 @@ def main(argv=None, cleanup=None):
     if args.init:  # before TensorFlow loads: its start-up lines would bury the error
         check_autoencoder_file(args.init, cfg.arch)
     ds = data.load_dataset(args.dataset, args.data_dir)
-    # The input is checked: only now make folders, and replace an unfinished checkpoint.
-    if args.tensorboard:
-        cli.writable_dir(args.tensorboard, "--tensorboard DIR")
-    if not args.resume and args.force:
-        shutil.rmtree(ckpt, ignore_errors=True)
     # The batch size and seed fix the order of minibatches; a resumed run must keep them. The
     # run's start (initializer or --init file, first rate) is recorded beside them for the
     # resumed file's metadata.
     run_file = ckpt / "run.json"
-    if args.resume:
+    if args.resume:  # checks the checkpoint against the options and data; writes nothing
         recorded, before, seed, batch_size, schedule = _resumed_run(args, ckpt, schedule, ds)
     else:
         before = None
@@ -284,6 +279,12 @@ def main(argv=None, cleanup=None):
                     "initializer": None if args.init else schedule.initializer,
                     "init": args.init, "dataset": args.dataset,
                     "checkpoint_every": args.checkpoint_every, "data_files": ds.file_hashes}
+    # The input is checked: only now make folders, and replace an unfinished checkpoint.
+    if args.tensorboard:
+        cli.writable_dir(args.tensorboard, "--tensorboard DIR")
+    if not args.resume:
+        if args.force:
+            shutil.rmtree(ckpt, ignore_errors=True)
         if backup is not None:
             if not ckpt.exists() and cleanup is not None:
                 cleanup.append(ckpt)  # removed on failure unless it holds a checkpoint by then

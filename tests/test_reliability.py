@@ -1449,6 +1449,28 @@ def test_resume_refuses_data_that_changed_and_results_name_the_files(files, tmp_
     assert json.loads((out / "results.json").read_text())["data_files"] is None
 
 
+def test_pretrain_resume_refused_makes_no_tensorboard_folder(files, tmp_path, capsys):
+    """A --resume that the checkpoint refuses (another --seed) is bad input: it creates no
+    --tensorboard folder (it did, with its parents, before the checkpoint was checked)."""
+    from mesc_tf import pipeline
+    from mesc_tf.config import Pretrain
+    from mesc_tf.data import load_dataset
+
+    data_dir = files["dir"] / "orl"
+    ckpt = tmp_path / "orl.checkpoint"
+    pipeline.pretrain(load_dataset("orl", data_dir).x, get_config("orl").arch,
+                      Pretrain(max_steps=1), verbose=0, backup_dir=ckpt, checkpoint_every=1)
+    (ckpt / "run.json").write_text(json.dumps({"dataset": "orl", "seed": 0}))
+    tb = tmp_path / "tb" / "run"
+    code, _, err = invoke(PRETRAIN, ["--dataset", "orl", "--data-dir", data_dir, "--quiet",
+                                     "--out", tmp_path / "orl.h5", "--resume", "--seed", "3",
+                                     "--max-steps", "2", "--tensorboard", tb], capsys)
+    assert code == 2
+    assert_one_error_line(err, "--seed 3 differs from the 0")
+    assert not (tmp_path / "tb").exists()
+    assert (ckpt / "state.json").exists()
+
+
 def test_pretrain_resume_refuses_data_that_changed(files, tmp_path, capsys):
     """A pretraining's checkpoint records its data files: resumed on another file, it is refused
     in one line; the finished file's metadata names them."""
