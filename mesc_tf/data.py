@@ -12,6 +12,7 @@ the ``MESC_DATA_DIR`` environment variable, then ``data/`` in the current direct
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import os
 import warnings
@@ -118,6 +119,15 @@ class _Root:
 # Shared readers and checks
 
 
+def _check_readable(path: Path, e: Exception):
+    """A MescError where reading ``path`` failed for want of permission: not the file's fault,
+    so not "corrupt: fetch it again"."""
+    if (isinstance(e, PermissionError) or getattr(e, "errno", None) in (errno.EACCES, errno.EPERM)
+            or not os.access(path, os.R_OK)):
+        raise MescError(f"cannot read {path}: permission denied; make it readable to this user, "
+                        "or point --data-dir at a readable copy") from None
+
+
 def _read_mat(path: Path) -> dict[str, np.ndarray]:
     """All variables of a .mat file, MATLAB v5 (scipy) or v7.3 (HDF5, via h5py)."""
     import h5py
@@ -134,6 +144,7 @@ def _read_mat(path: Path) -> dict[str, np.ndarray]:
         return {k: v.toarray() if hasattr(v, "toarray") else v for k, v in mat.items()
                 if not k.startswith("__")}
     except Exception as e:  # scipy and h5py raise many types (ValueError, OSError, zlib, ...)
+        _check_readable(path, e)
         raise MescError(
             f"cannot read {path} ({one_line(e)}); the file is corrupt or not a MATLAB .mat "
             f"file: fetch it again"
@@ -408,6 +419,7 @@ def _read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
         else:
             raw = path.read_bytes()
     except (OSError, EOFError, zlib.error) as e:
+        _check_readable(path, e)
         raise MescError(
             f"cannot read {path} ({one_line(e)}); the file is corrupt: fetch it again"
         ) from e

@@ -292,6 +292,30 @@ def test_corrupt_mat(tmp_path):
     assert str(tmp_path / "COIL20.mat") in msg
 
 
+@pytest.mark.parametrize("dataset", ["coil20", "mnist"])
+def test_unreadable_data_file_is_not_called_corrupt(tmp_path, monkeypatch, dataset):
+    """A data file this user may not read says permission denied, not "corrupt: fetch it
+    again" (as root, chmod denies nothing: the readers and os.access stand in)."""
+    import errno
+
+    savemat(tmp_path / "COIL20.mat", **dict(zip(("fea", "gnd"), fea_gnd(20, 2))))
+    write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", np.zeros((10, 28, 28)), 2051)
+    write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", np.arange(10), 2049)
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(scipy.io, "loadmat", denied)
+    monkeypatch.setattr(gzip, "open", denied)
+    msg = expect_error("permission denied; make it readable", load_dataset, dataset, tmp_path)
+    assert "corrupt" not in msg and "fetch it again" not in msg
+    # Unreadable by its mode, whatever the reader raised.
+    monkeypatch.setattr(scipy.io, "loadmat", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(gzip, "open", lambda *a, **k: (_ for _ in ()).throw(EOFError()))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    expect_error("permission denied", load_dataset, dataset, tmp_path)
+
+
 def test_missing_variable_names_what_was_found(tmp_path):
     savemat(tmp_path / "COIL20.mat", X=np.zeros((4, 1024)), labels=np.ones((4, 1)))
     expect_error(r"no variable 'fea' \(found: X, labels\)", load_dataset, "coil20", tmp_path)
