@@ -346,6 +346,11 @@ def _load_coil(root: _Root, name: str) -> Dataset:
             f"{path}: fea has {x.shape[0]} rows but {name} needs the first {n} (72 views per "
             f"object); use the full 7200-row COIL100.mat"
         )
+    if x.shape[0] > get_config("coil100").n_samples:  # not COIL100.mat: no rows left out unseen
+        raise MescError(
+            f"{path}: fea has {x.shape[0]} rows, more than COIL100's 7200 (100 objects x 72 "
+            f"views); give the standard COIL100.mat"
+        )
     # As stored: the standard file's uint8 0..255, the scale the authors' COIL40 and COIL100
     # auto-encoders reconstruct (tests/test_weights.py, test_coil100_checkpoints_expect_raw_pixels).
     k = get_config(name).n_clusters

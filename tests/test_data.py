@@ -155,6 +155,14 @@ def test_coil40_needs_2880_rows(tmp_path):
     expect_error("needs the first 2880", load_dataset, "coil40", tmp_path)
 
 
+@pytest.mark.parametrize("name", ["coil40", "coil100"])
+def test_coil100_mat_with_more_than_7200_rows_is_refused(tmp_path, name):
+    """COIL100 took the first 7200 rows of a longer file, the rest left out unseen."""
+    fea, gnd = fea_gnd(101, 72)
+    savemat(tmp_path / "COIL100.mat", fea=fea, gnd=gnd)
+    expect_error("7272 rows, more than COIL100's 7200", load_dataset, name, tmp_path)
+
+
 def test_coil20_and_toy(tmp_path):
     fea, gnd = fea_gnd(20, 4, dtype=np.float64)
     fea /= 255.0
