@@ -342,6 +342,9 @@ def main_guard(main, cleanup=None, interrupted=lambda: INTERRUPTED):
             message = str(e)
         else:
             message = f"{e.strerror}: {e.filename}"
+            if isinstance(e, (FileExistsError, NotADirectoryError)):
+                message += " (a file stands where a folder is needed: move it, or choose " \
+                           "another output path)"
         message = " ".join(message.split())  # always one line
         _remove(cleanup)
         sys.stderr.write(f"error: {message}\n")

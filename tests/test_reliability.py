@@ -467,6 +467,22 @@ def test_a_closed_output_pipe_stops_the_run_with_one_line(tmp_path, shared):
                        "stopped: send its output to a file to keep it running\n")
 
 
+def test_a_file_where_a_folder_goes_says_what_to_do(tmp_path, capsys):
+    """A file standing where a run makes its checkpoint folder gave "error: File exists: PATH"
+    alone."""
+    (tmp_path / "checkpoint").write_text("")
+
+    def main():
+        (tmp_path / "checkpoint").mkdir()
+
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(main)
+    assert e.value.code == 2
+    assert capsys.readouterr().err == (f"error: File exists: {tmp_path / 'checkpoint'} (a file "
+                                       "stands where a folder is needed: move it, or choose "
+                                       "another output path)\n")
+
+
 def test_main_guard_cleanup(tmp_path, capsys):
     """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug
     keeps its traceback (after the same cleanup)."""
