@@ -46,7 +46,7 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
     x = validate_images(x, image_shape=arch.image_shape, where="pretraining images",
                         warn_negative=False)
     peak = float(np.max(np.abs(x)))
-    if peak * peak < np.finfo(np.float32).tiny:  # every square is 0 (TF flushes subnormals)
+    if peak * peak < float(np.finfo(np.float32).tiny):  # every square is 0 (TF flushes subnormals)
         raise MescError(f"pretraining images: the largest pixel magnitude is {peak:.3g}, whose "
                         "square is 0 in float32, so the relative reconstruction error is "
                         "undefined; rescale the images, e.g. to [0, 1]")
