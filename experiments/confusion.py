@@ -152,7 +152,9 @@ def markdown(summary, args):
                   "| method | ACC (%) | NMI (%) | classes with recall < 50% (seed "
                   f"{args.seeds[0]}) |", "|---|---|---|---|"]
         for r in s["methods"].values():
-            low = [str(i + 1) for i, v in enumerate(r["per_seed"][0]["recall"]) if v < 0.5]
+            recall = r["per_seed"][0]["recall"]  # classes named as in the figure (digits)
+            names = common.class_names(name, len(recall))
+            low = [names[i] for i, v in enumerate(recall) if v < 0.5]
             lines.append(f"| {r['title']} | {common.pm(r['acc_mean'], r['acc_std'])} | "
                          f"{common.pm(r['nmi_mean'], r['nmi_std'])} | {', '.join(low) or '–'} |")
         lines += ["", f"![confusion]({name}_confusion.png)", ""]

@@ -1659,3 +1659,18 @@ def test_the_tsne_legend_names_digits_by_the_digit(name, names, monkeypatch, tmp
              "completeness": 1.0}
     tsne.figure(name, d, 3, [panel], Namespace(color_by="truth"), tmp_path / "t.png")
     assert shown == [names.split()]
+
+
+def test_confusion_markdown_names_digit_classes_by_their_digit():
+    """The table's classes with low recall are named as the chart's ticks and the printed
+    worst class name them: USPS's label 1 is the digit 0."""
+    from argparse import Namespace
+
+    from experiments import confusion
+
+    method = {"title": "A", "acc_mean": 0.5, "acc_std": None, "nmi_mean": 0.5, "nmi_std": None,
+              "per_seed": [{"recall": [0.25, 1.0, 0.5]}]}
+    for name, low in (("usps", "0"), ("coil20", "1")):
+        md = confusion.markdown({name: {"n": 6, "n_clusters": 3, "methods": {"our": method}}},
+                                Namespace(seeds=[0]))
+        assert f"| A | 50.00 | 50.00 | {low} |" in md
