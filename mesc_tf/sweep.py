@@ -759,8 +759,9 @@ def _mean_std(stat) -> str:
 
 def summarize(records, keys=None) -> list[dict]:
     """Per setting (over seeds): ACC/NMI stats, best first by median ACC, ties broken by
-    median NMI, then mean ACC. Settings with fewer finished seeds than the most any has (a
-    file holding several seed sets, or failed trials) come after the others.
+    median NMI, then mean ACC, then the settings (in field order). Settings with fewer
+    finished seeds than the most any has (a file holding several seed sets, or failed trials)
+    come after the others.
 
     ``keys`` restricts to those trial keys (e.g. the current grid). Failed trials are counted
     in ``errors`` and left out of the statistics.
@@ -793,9 +794,13 @@ def summarize(records, keys=None) -> list[dict]:
             row["acc_stats"], row["nmi_stats"] = stats(row["acc"]), stats(row["nmi"])
         out.append(row)
     most = max((len(r["seeds"]) for r in out), default=0)
+    # Exact ties last by the settings, not by the order the file holds them (--jobs workers
+    # append in the order they finish).
     out.sort(key=lambda r: (len(r["seeds"]) < most,
                             *(-r[f"{m}_stats"][s] if r["acc"] else 1
-                              for m, s in (("acc", "median"), ("nmi", "median"), ("acc", "mean")))))
+                              for m, s in (("acc", "median"), ("nmi", "median"), ("acc", "mean"))),
+                            *(r["settings"][f] for f in FIELD_TYPES),
+                            autoencoder_hash(r["autoencoder_id"])))
     return out
 
 

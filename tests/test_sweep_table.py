@@ -1429,3 +1429,12 @@ def test_summary_only_says_which_asked_for_seeds_no_trial_has(tmp_path, capsys):
     assert head.endswith("covers seeds 0-4; seeds without a finished trial: 3-4")
     _script("sweep").main([*argv, "--seeds", "0-2"])
     assert capsys.readouterr().out.splitlines()[0].endswith("covers seeds 0-2")
+
+
+def test_summary_order_of_exact_ties_does_not_depend_on_the_file_order():
+    """Settings tied on every statistic rank the same whichever order the records were appended
+    in (--jobs workers append in the order their groups finish)."""
+    records = [_rec(reg1, seed, 0.5) for reg1 in (2.0, 1.0, 3.0) for seed in (0, 1)]
+    orders = {tuple(r["settings"]["reg1"] for r in sweep.summarize(recs))
+              for recs in (records, records[::-1], records[2:] + records[:2])}
+    assert orders == {(1.0, 2.0, 3.0)}
