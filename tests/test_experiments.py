@@ -796,6 +796,16 @@ def test_convergence_summary_figures(fake_train, tmp_path):
     assert toy["steps_to_within_1pct"] == 7 and orl["steps_to_within_1pct"] == 1
 
 
+def test_convergence_markdown_says_which_seeds_its_acc_is_over(fake_train, tmp_path):
+    """The table's ACC/NMI '±' is over the clustering seeds, as the other figures say."""
+    from experiments import convergence
+
+    convergence.main([*SMOKE, "--no-pretrain", "--datasets", "toy", "--seeds", "0", "3",
+                      "--out", str(tmp_path / "conv")])
+    md = (tmp_path / "conv" / "convergence.md").read_text()
+    assert "seeds 0 3, mean ± std (ddof 1)" in md
+
+
 def test_convergence_steps_to_within():
     from experiments.convergence import steps_to_within
 
