@@ -152,14 +152,15 @@ def render_md(summary) -> str:
              "| ACC original | NMI ours | NMI original | ours ≥ original |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def cell(v):  # median (mean ± std; one seed: no spread)
-        return f"{100 * np.median(v):.2f} ({common.pm(*common.mean_std(v))})"
+    def cell(v):  # median (mean ± std; one seed: no spread); '–' where every seed failed
+        return f"{100 * np.median(v):.2f} ({common.pm(*common.mean_std(v))})" if v else "–"
 
     for d, s in summary.items():
         e = s["relative_error"]
         for m, r in s["methods"].items():
-            ok = (np.median(r["ours"]["acc"]) >= np.median(r["original"]["acc"])
-                  and np.median(r["ours"]["nmi"]) >= np.median(r["original"]["nmi"]))
+            scored = all(r[k][x] for k in ("ours", "original") for x in ("acc", "nmi"))
+            ok = scored and (np.median(r["ours"]["acc"]) >= np.median(r["original"]["acc"])
+                             and np.median(r["ours"]["nmi"]) >= np.median(r["original"]["nmi"]))
             seeds = ",".join(map(str, r["ours"]["seeds"])) + (
                 " (smoke)" if r["ours"].get("max_epochs") else "")
             lines.append(f"| {d} | {m} | {seeds} | {e['ours']:.4f} | {e['original']:.4f} | "

@@ -1684,3 +1684,22 @@ def test_confusion_markdown_names_digit_classes_by_their_digit():
         md = confusion.markdown({name: {"n": 6, "n_clusters": 3, "methods": {"our": method}}},
                                 Namespace(seeds=[0]))
         assert f"| A | 50.00 | 50.00 | {low} |" in md
+
+
+def test_compare_autoencoders_row_whose_seeds_all_failed_shows_a_dash():
+    """A cell with no scored seed (every clustering failed) reads '–', as in main_table.md,
+    not 'nan', and its row is not counted as ours ≥ original."""
+    import warnings
+
+    from experiments import compare_autoencoders
+
+    def cell(acc):
+        return {"acc": acc, "nmi": acc, "seeds": [0, 1][:len(acc)], "max_epochs": None}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy 'Mean of empty slice'
+        md = compare_autoencoders.render_md({"orl": {
+            "relative_error": {"ours": 0.1, "original": 0.1},
+            "methods": {"our": {"ours": cell([]), "original": cell([0.5, 0.6])}}}})
+    row = next(line for line in md.splitlines() if line.startswith("| orl"))
+    assert "nan" not in row and row.count("| – |") == 2 and row.endswith("| no |")
