@@ -47,6 +47,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -715,11 +716,31 @@ def run_groups(groups, *, jobs=1, threads=None, **kwargs):
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for result in results:  # not yield from, which closes results before the finally
             yield result
+    except BaseException:  # Ctrl-C, SIGTERM, a failed group: the workers are killed below
+        _quiet_loky_manager_key_error()
+        raise
     finally:
         if results is not None:  # stops the workers now, even where this frame lives on
             with warnings.catch_warnings():  # joblib's note that it cancelled their groups
                 warnings.filterwarnings("ignore", category=UserWarning, module=r"joblib\.")
                 results.close()
+
+
+def _quiet_loky_manager_key_error():
+    """Drop the KeyError that loky's manager thread can raise (``pending_work_items[work_id]``)
+    when the workers are killed while one starts: threading printed its traceback under the
+    run's one error line, though the run stopped as it should. Other errors keep theirs."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_loky", False):
+        return
+
+    def hook(args):
+        if not (args.exc_type is KeyError and args.thread is not None
+                and args.thread.name == "ExecutorManagerThread"):
+            previous(args)
+
+    hook.quiets_loky = True
+    threading.excepthook = hook
 
 
 def training_memory(n, arch, n_snapshots):
