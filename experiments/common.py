@@ -629,10 +629,15 @@ class Results:
         except (OSError, ValueError, EOFError):
             return None
 
-    def put(self, key: str, spec: dict, result: dict) -> dict:
+    def put(self, key: str, spec: dict, result: dict, array=None) -> dict:
+        """Record ``key``'s run, and ``array`` as runs/<key>.npy. The record goes first: a run
+        stopped between the two writes leaves no record of other options beside the new array."""
         rec = {"key": key, "experiment": self.args.experiment, "spec": _norm(spec),
                "result": _norm(result)}
         self.runs.mkdir(parents=True, exist_ok=True)
+        if array is not None:
+            self.path(key).unlink(missing_ok=True)
+            files.save_npy(self.path(key, ".npy"), array)
         files.write_json(self.path(key), rec)
         self.computed += 1
         self._note_data(rec["spec"])

@@ -29,7 +29,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
-from mesc_tf import files  # noqa: E402
 
 NAME = "toy_affinity"
 METHODS = ("dsc_l1", "dsc_l2", "dsc_nuclear", "our")
@@ -100,8 +99,8 @@ def run_dataset(d, args, results):
             print(f"  {common.METHODS[method]}: {settings.regularizer}, {settings.framework}")
             t = common.train(d, settings, src, args, args.seeds[0])
             clusterings = common.cluster_seeds(t.coef, d, settings, args.seeds)
-            files.save_npy(results.path(key, ".npy"), t.coef)
-            rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings})
+            rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings},
+                              array=t.coef)
             coef = t.coef
         A = normalised(coef, args.signed, args.zero_diagonal)
         blocks, off = block_stats(A, d.y)

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
-from mesc_tf import cli, files  # noqa: E402
+from mesc_tf import cli  # noqa: E402
 
 NAME = "tsne"
 METHODS = ("dsc_l1", "dsc_l2", "our")
@@ -59,8 +59,7 @@ def embedding(results, key, spec, features):
     if emb is None:
         print(f"  t-SNE {key} ({len(features)} points)")
         emb = tsne(features, spec["seed"], spec["perplexity"])
-        files.save_npy(results.path(key, ".npy"), emb)
-        results.put(key, spec, {"points": len(features)})
+        results.put(key, spec, {"points": len(features)}, array=emb)
     return emb
 
 
@@ -97,9 +96,8 @@ def run_dataset(d, args, results):
             for c in clusterings:
                 c["homogeneity"] = float(homogeneity_score(d.y, c["labels"]))
                 c["completeness"] = float(completeness_score(d.y, c["labels"]))
-            files.save_npy(results.path(key, ".npy"), z)
             rec = results.put(key, spec, {"finetune_s": t.finetune_s, "latent_dim": int(z.shape[1]),
-                                          "clusterings": clusterings})
+                                          "clusterings": clusterings}, array=z)
         cl = rec["result"]["clusterings"]
         emb = embedding(results, f"{name}-tsne-{method}", {**tspec, "features": key,
                                                            "fit_spec": spec}, z[sub])

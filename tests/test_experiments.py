@@ -580,6 +580,29 @@ def test_a_refused_record_names_the_settings_that_differ():
     assert _diff(old, {**new, "seeds": [1]}) == "seeds: [0] vs [1]; settings.reg1: 0.49 vs 0.5"
 
 
+def test_a_run_stopped_between_its_array_and_its_record_is_recomputed(tmp_path, monkeypatch):
+    """tsne.py and toy_affinity.py wrote runs/<key>.npy, then its record: a --redo with other
+    options stopped between the two left the old record beside the new array, which a run with
+    the old options then reused as its own."""
+    import argparse
+
+    from experiments.common import Results
+    from mesc_tf import files
+
+    args = argparse.Namespace(out=str(tmp_path), experiment="tsne", force=False, redo=False)
+    results = Results(args, {"datasets": ["orl"]})
+    results.put("orl-x", {"dataset": "orl", "seed": 0}, {}, array=np.zeros(3))
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files, "write_json", stopped)  # stopped after the new array
+    with pytest.raises(KeyboardInterrupt):
+        Results(argparse.Namespace(**{**vars(args), "redo": True}), {"datasets": ["orl"]}).put(
+            "orl-x", {"dataset": "orl", "seed": 1}, {}, array=np.ones(3))
+    assert results.get("orl-x", {"dataset": "orl", "seed": 0}) is None  # recomputed
+
+
 def test_json_that_is_not_ours_is_an_error_line_or_recomputed(tmp_path):
     """A summary or run record that is valid JSON but not an object: the summary is refused
     with one line, the record is recomputed (no AttributeError traceback)."""
