@@ -630,8 +630,9 @@ class Results:
             return None
 
     def put(self, key: str, spec: dict, result: dict, array=None) -> dict:
-        """Record ``key``'s run, and ``array`` as runs/<key>.npy. The record goes first: a run
-        stopped between the two writes leaves no record of other options beside the new array."""
+        """Record ``key``'s run, and ``array`` as runs/<key>.npy. The old record is removed
+        before the array is written: a run stopped between the writes leaves no record of
+        other options beside the new array."""
         rec = {"key": key, "experiment": self.args.experiment, "spec": _norm(spec),
                "result": _norm(result)}
         self.runs.mkdir(parents=True, exist_ok=True)
