@@ -672,8 +672,11 @@ def test_sample_linked_only_by_rounding_is_flagged():
     assert info["ill_posed"] and not info["degree_rounding"] <= pc_fast.DEGREE_ROUNDING_MAX
     assert info["spectral_min_gap"] > 1e-3 and info["discretize_margin"] > 1e-4
     L = pc.affinity(pc.thrC(C, 0.5), 6, 5, 1.5, "dsc_diag")
-    noise = 1e-15 * np.random.default_rng(0).random(L.shape)
-    assert adjusted_rand_score(pc.spectral(L, 6), pc.spectral(L + noise + noise.T, 6)) < 1
+    moved = []  # one draw of the noise can leave the labels as they were (a CI run's did)
+    for s in range(4):
+        noise = 1e-15 * np.random.default_rng(s).random(L.shape)
+        moved.append(adjusted_rand_score(pc.spectral(L, 6), pc.spectral(L + noise + noise.T, 6)))
+    assert min(moved) < 1, moved
     info = {}
     pc.cluster(trained_like(0)[0], 5, 0.1, 4, 16.0, info=info)
     assert info["degree_rounding"] < 1e-10
