@@ -212,13 +212,12 @@ def _check_checkpoint(args, out, settings, data_files):
                             "to continue it, --force to start over, or another --out")
         return {}
     if not state.exists():
-        if (ckpt / "run.json").exists() and _finished_epochs(out) == 0:  # no step, no checkpoint
-            raise MescError(f"nothing to resume in {out}: its run took no step (--epochs 0), so "
-                            "it saved no checkpoint; drop --resume and pass --force to start "
-                            "over")
-        if (ckpt / "run.json").exists():  # a run killed before its first checkpoint
-            raise MescError(f"nothing to resume in {out}: its run stopped before its first "
-                            "checkpoint; rerun the command without --resume")
+        if (ckpt / "run.json").exists():  # killed before its first checkpoint, or --epochs 0
+            # A finished run there (results.json) refuses a rerun without --force.
+            again = ("drop --resume and pass --force to start over"
+                     if (out / "results.json").exists() else "rerun the command without --resume")
+            raise MescError(f"nothing to resume in {out}: its run saved no checkpoint (it stopped "
+                            f"before its first, or took no step: --epochs 0); {again}")
         raise MescError(f"nothing to resume in {out} (no checkpoint/state.json); start the run "
                         "with --checkpoint-every N")
     epoch = read_backup_state(ckpt)["epoch"]
@@ -249,16 +248,6 @@ def _check_checkpoint(args, out, settings, data_files):
         raise MescError(f"the checkpoint in {ckpt} is at step {epoch}, past --epochs "
                         f"{settings.epochs}; resume with --epochs {epoch} or more")
     return saved
-
-
-def _finished_epochs(out):
-    """The --epochs of the finished run in ``out`` (its results.json), else None."""
-    import json
-
-    try:
-        return json.loads((out / "results.json").read_text())["settings"]["epochs"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 _checkpointing = [None]  # the checkpoint folder, for the Ctrl-C line

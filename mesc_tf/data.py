@@ -12,7 +12,6 @@ the ``MESC_DATA_DIR`` environment variable, then ``data/`` in the current direct
 from __future__ import annotations
 
 import dataclasses
-import errno
 import gzip
 import os
 import warnings
@@ -25,7 +24,7 @@ import numpy as np
 
 from mesc_tf.config import get_config, is_whole
 from mesc_tf.errors import MescError, MescWarning, one_line
-from mesc_tf.files import as_path, sha256_of
+from mesc_tf.files import as_path, permission_denied, sha256_of
 
 ENV_VAR = "MESC_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
@@ -120,10 +119,8 @@ class _Root:
 
 
 def _check_readable(path: Path, e: Exception):
-    """A MescError where reading ``path`` failed for want of permission: not the file's fault,
-    so not "corrupt: fetch it again"."""
-    if (isinstance(e, PermissionError) or getattr(e, "errno", None) in (errno.EACCES, errno.EPERM)
-            or not os.access(path, os.R_OK)):
+    """A MescError where reading ``path`` failed for want of permission."""
+    if permission_denied(path, e):
         raise MescError(f"cannot read {path}: permission denied; make it readable to this user, "
                         "or point --data-dir at a readable copy") from None
 

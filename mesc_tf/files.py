@@ -60,6 +60,14 @@ def size_text(n_bytes) -> str:
     return f"{int(n_bytes)} bytes"
 
 
+def permission_denied(path, e: Exception) -> bool:
+    """Whether reading ``path`` failed (with ``e``) for want of permission: not the file's
+    fault, so not "corrupt: fetch it again"."""
+    return (isinstance(e, PermissionError) or getattr(e, "errno", None) in (errno.EACCES,
+                                                                              errno.EPERM)
+            or not os.access(path, os.R_OK))
+
+
 def write_error(path, e: OSError) -> MescError:
     """A failed write of ``path`` as one MescError: the file, the cause, what to do."""
     # NumPy's tofile reports a short write as "N requested and M written", without an errno.

@@ -11,7 +11,6 @@ TF1 checkpoints (reference-facts §1.3, pitfall 11): kernels are ``enc_w{i}`` / 
 … in creation order, encoder first. Both kernel layouts are Keras' own: no flip, no transpose.
 """
 
-import errno
 import json
 import os
 import re
@@ -21,7 +20,7 @@ import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError, one_line
-from mesc_tf.files import as_path, atomic_file, json_default, make_parent
+from mesc_tf.files import as_path, atomic_file, json_default, make_parent, permission_denied
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -84,8 +83,7 @@ def _open_h5(path):
     try:
         return h5py.File(path, "r")
     except OSError as e:
-        if (isinstance(e, PermissionError) or e.errno in (errno.EACCES, errno.EPERM)
-                or not os.access(path, os.R_OK)):  # not the file's fault: do not re-create it
+        if permission_denied(path, e):  # not the file's fault: do not re-create it
             raise MescError(f"cannot read auto-encoder file {path}: permission denied; make it "
                             "readable to this user, or give another file") from None
         raise MescError(f"cannot read auto-encoder file {path} ({e}); it is not a valid .h5 "
