@@ -96,12 +96,20 @@ def tf1_ckpts(shared_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
-def synthetic_tf1(tmp_path_factory) -> dict:
-    """As ``tf1_ckpts``, but random weights at the same places under a temporary folder: for
-    tests that need a checkpoint of the right form, not the authors' numbers."""
+def synthetic_tf1_dir(tmp_path_factory) -> Path:
+    """A folder laid out as shared/pretrained-tf1 (for MESC_TF1_DIR), of random weights."""
     from synthetic import write_tf1_dir
 
-    return write_tf1_dir(tmp_path_factory.mktemp("tf1"))
+    root = tmp_path_factory.mktemp("tf1")
+    write_tf1_dir(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def synthetic_tf1(synthetic_tf1_dir) -> dict:
+    """As ``tf1_ckpts``, but random weights at the same places under a temporary folder: for
+    tests that need a checkpoint of the right form, not the authors' numbers."""
+    return {name: synthetic_tf1_dir / rel for name, rel in ORIGINAL_CHECKPOINTS.items()}
 
 
 @pytest.fixture(scope="session")

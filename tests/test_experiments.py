@@ -1418,10 +1418,12 @@ def test_rows_without_pretraining_ignore_the_given_autoencoder():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_every_make_target_passes_options_its_script_takes():
+def test_every_make_target_passes_options_its_script_takes(synthetic_tf1_dir, monkeypatch):
     """Each Makefile target's command (``make -n``) names a script whose parser accepts the
     options the Makefile gives it, so that renaming an option cannot break `make table` or
-    `make faithfulness` unnoticed. Only the parsers run; nothing trains."""
+    `make faithfulness` unnoticed. Only the parsers run; nothing trains. (Parsers that check
+    the authors' checkpoints are there find random ones: a clone without ../shared.)"""
+    monkeypatch.setenv("MESC_TF1_DIR", str(synthetic_tf1_dir))
     import shlex
 
     import os
@@ -1589,10 +1591,12 @@ def _documented_commands():
             yield name, m.group(1), argv
 
 
-def test_documented_commands_parse(monkeypatch):
+def test_documented_commands_parse(synthetic_tf1_dir, monkeypatch):
     """Every command the documents and usage lines give for a script is one its parser takes:
     renaming an option or a value leaves no stale command for a reader to copy. Placeholders
-    (D, M, S ...) are given a value; files the commands name need not exist here."""
+    (D, M, S ...) are given a value; files the commands name need not exist here (the authors'
+    checkpoints: random ones in their places)."""
+    monkeypatch.setenv("MESC_TF1_DIR", str(synthetic_tf1_dir))
     import io
     from contextlib import redirect_stderr
 

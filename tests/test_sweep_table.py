@@ -144,9 +144,11 @@ def test_cli_unusable_coef_cache_is_one_line_exit_2(tmp_path):
     assert "a-file is a file)" in p.stderr
 
 
-def test_coef_cache_is_made_by_the_first_c_it_keeps(tmp_path, capsys):
+def test_coef_cache_is_made_by_the_first_c_it_keeps(synthetic_data, tmp_path, capsys,
+                                                    monkeypatch):
     """Checked at once, but a run that stores nothing (--dry-run, --summary-only) leaves no
     folder; the first C stored makes it, and reads back."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     script = _script("sweep")
     cache, out = tmp_path / "a" / "c", tmp_path / "records" / "toy.jsonl"
     for flag in ("--dry-run", "--summary-only"):
@@ -545,10 +547,11 @@ def test_coef_cache_is_not_read_for_other_data(shared_data, toy_weights, tmp_pat
     assert rec["data_files"]["COIL20.mat"] == hashlib.sha256(coil.read_bytes()).hexdigest()
 
 
-def test_dry_run_counts_only_the_trainings_the_coef_cache_does_not_supply(toy_weights,
-                                                                         tmp_path, capsys):
+def test_dry_run_counts_only_the_trainings_the_coef_cache_does_not_supply(
+        synthetic_data, toy_weights, tmp_path, capsys, monkeypatch):
     """A training whose C's (every step count of its group) are in --coef-cache is read, not
     run: the --dry-run's count of trainings and steps leaves it out and says so."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     from mesc_tf.data import load_dataset
 
     ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
@@ -1249,9 +1252,11 @@ def test_sweep_checks_the_autoencoders_architecture_before_any_plan(tmp_path, mo
     assert capsys.readouterr().out == ""
 
 
-def test_sweep_retry_errors_plans_the_failed_trials_again(toy_weights, tmp_path, capsys):
+def test_sweep_retry_errors_plans_the_failed_trials_again(synthetic_data, toy_weights, tmp_path,
+                                                          capsys, monkeypatch):
     """--dry-run counts what a rerun would skip: a failed trial counts as done, unless
     --retry-errors."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     ident = sources.resolve_autoencoder("toy", weights=str(toy_weights)).ident
     out = tmp_path / "s.jsonl"
     sweep.append_jsonl(out, _toy_rec(ident, 0, 0.5))
@@ -1265,9 +1270,11 @@ def test_sweep_retry_errors_plans_the_failed_trials_again(toy_weights, tmp_path,
     assert "1 already in" in capsys.readouterr().out and len(sweep.read_records(out)[0]) == 2
 
 
-def test_sweep_memory_check_counts_jobs_and_snapshots(toy_weights, tmp_path, monkeypatch):
+def test_sweep_memory_check_counts_jobs_and_snapshots(synthetic_data, toy_weights, tmp_path,
+                                                      monkeypatch):
     """The memory check before training: as many workers as groups can use (at most --jobs),
     each holding a C per snapshot of its step sweep."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     calls = []
 
     def check(dataset, n_jobs, n_snapshots):
@@ -1283,10 +1290,11 @@ def test_sweep_memory_check_counts_jobs_and_snapshots(toy_weights, tmp_path, mon
         assert calls.pop() == ("toy", n_jobs, 2)
 
 
-def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(toy_weights, tmp_path,
-                                                                      capsys, monkeypatch):
+def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(
+        synthetic_data, toy_weights, tmp_path, capsys, monkeypatch):
     """The closing summary reads the file again (so it holds the trials just run) and ranks
     only the trials of the grid asked for, not every trial in the file."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     ident = sources.resolve_autoencoder("toy", weights=str(toy_weights)).ident
 
     def fake_run_groups(groups, out=None, **kw):
