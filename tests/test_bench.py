@@ -94,35 +94,41 @@ def test_spectral_routes_benchmark_agrees_and_restores_the_module(tmp_path, monk
     assert pc_fast._lanczos_smallest is real and pc_fast.LANCZOS_MAX_PRODUCTS == cap
 
 
-def test_spectral_routes_bad_coef_is_one_line(tmp_path):
+def test_spectral_routes_bad_coef_is_one_line(tmp_path, capsys):
+    """Bad input: one line, exit status 2, nothing left behind. One case runs as a process
+    (no traceback reaches the terminal); the rest go through the same guard in this one."""
     import numpy as np
+
+    from mesc_tf import cli
 
     np.save(tmp_path / "rect.npy", np.ones((3, 4), np.float32))
     (tmp_path / "junk.npy").write_text("junk")
     # n <= SI_LU_MAX_N: neither route compared here runs (a KeyError after the work, before).
     np.save(tmp_path / "small.npy", np.random.default_rng(0).random((50, 50), np.float32))
-    for name, needle in (("rect.npy", "square"), ("junk.npy", "not a .npy"),
-                         ("missing.npy", "not found"), ("small.npy", "run only above")):
-        proc = subprocess.run(
-            [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
-             str(tmp_path / name), "--clusters", "2", "--thr", "0.1"],
-            capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2, (name, proc.stderr)
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --coef"), \
-            proc.stderr
-        assert needle in proc.stderr, proc.stderr
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
-         str(tmp_path / "small.npy"), "--clusters", "2", "--thr", "0.1", "--seed", "-1"],
-        capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--seed" in proc.stderr and proc.stderr.count("\n") == 1
+    script = REPO / "benchmarks" / "spectral_routes.py"
+    proc = subprocess.run([sys.executable, str(script), "--coef", str(tmp_path / "rect.npy"),
+                           "--clusters", "2", "--thr", "0.1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: --coef") and "square" in proc.stderr, proc.stderr
+
+    def run(name, *extra):
+        mod = load_script("benchmarks/spectral_routes.py")
+        argv = ["--coef", str(tmp_path / name), "--clusters", "2", "--thr", "0.1", *extra]
+        with pytest.raises(SystemExit) as e:
+            cli.main_guard(lambda: mod.main(argv), mod.CLEANUP)
+        return e.value.code, capsys.readouterr().err
+
+    for name, needle in (("junk.npy", "not a .npy"), ("missing.npy", "not found"),
+                         ("small.npy", "run only above")):
+        status, err = run(name)
+        assert status == 2 and err.count("\n") == 1 and err.startswith("error: --coef"), err
+        assert needle in err, err
+    status, err = run("small.npy", "--seed", "-1")
+    assert status == 2 and "--seed" in err and err.count("\n") == 1
     # A --json folder made before the work is removed when the work then fails.
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "spectral_routes.py"), "--coef",
-         str(tmp_path / "small.npy"), "--clusters", "2", "--thr", "0.1", "--json",
-         str(tmp_path / "new" / "routes.json")],
-        capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "run only above" in proc.stderr
+    status, err = run("small.npy", "--json", str(tmp_path / "new" / "routes.json"))
+    assert status == 2 and "run only above" in err
     assert not (tmp_path / "new").exists()
 
 
