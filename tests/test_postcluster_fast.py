@@ -10,6 +10,7 @@ eigenvalues, e.g. a disconnected affinity graph), the fast route must say so, an
 
 import functools
 import mmap
+import warnings
 
 import numpy as np
 import pytest
@@ -813,3 +814,15 @@ def test_power_zero_is_one_clear_error(method):
     C, _ = trained_like(0)
     with pytest.raises(MescError, match="power must be a finite number > 0, got 0"):
         pc.cluster(C, 5, 0.2, 4, 0, "mesc", method=method)
+
+
+@pytest.mark.parametrize("method", ["fast", "strict", "reference"])
+def test_a_power_that_overflows_the_affinity_is_one_clear_error(method):
+    """A finite power past ~1e16 raises entries of U·Uᵀ at 1 + rounding to inf, and the
+    normalisation left NaNs that clustered to arbitrary labels (exit 0): now refused, without
+    NumPy's overflow warning."""
+    C, _ = trained_like(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(MescError, match=r"affinity overflowed at power 1e\+300.*smaller"):
+            pc.cluster(C, 5, 0.2, 4, 1e300, "mesc", method=method)

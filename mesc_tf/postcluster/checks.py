@@ -100,9 +100,19 @@ def check_variant(variant):
                         f"choose one of {', '.join(VARIANTS)}")
 
 
-def zero_affinity():
-    return MescError("post_proC: the affinity matrix is all zero (C carries no structure); "
-                     "check that training produced a non-zero C")
+def affinity_top(L, power) -> float:
+    """The largest entry of the affinity before its normalisation; a MescError where it is
+    zero (no structure) or not finite (an entry of U·Uᵀ at 1 + rounding, raised to a power
+    past ~1e16, overflows, and the normalisation would leave NaNs)."""
+    top = float(L.max())
+    if np.isnan(top) or np.isinf(top):
+        raise MescError(f"post_proC: the affinity overflowed at power {_shown(power)} (entries "
+                        "of U·Uᵀ near 1, raised to it, pass the float64 range); use a smaller "
+                        "power (the configured ones are 1 to 16)")
+    if not top > 0:
+        raise MescError("post_proC: the affinity matrix is all zero (C carries no structure); "
+                        "check that training produced a non-zero C")
+    return top
 
 
 def check_affinity_args(n_clusters, subspace_dim, power, n):

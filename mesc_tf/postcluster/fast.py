@@ -17,7 +17,7 @@ from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
 from mesc_tf.errors import MescError
-from mesc_tf.postcluster.checks import zero_affinity
+from mesc_tf.postcluster.checks import affinity_top
 from mesc_tf.postcluster.reference import arpack_rng, rank, spectral, svd_embedding
 
 
@@ -221,11 +221,9 @@ def _affinity_inplace(U: np.ndarray, power: float, info: dict | None = None) -> 
         for _ in range(int(power).bit_length() - 1):
             np.multiply(L, L, out=L)
     elif power != 1:
-        np.power(L, power, out=L)  # non-negative, so |Z^p| = Z^p
-    top = L.max()
-    if not top > 0:
-        raise zero_affinity()
-    L /= top
+        with np.errstate(over="ignore"):  # affinity_top names an overflow
+            np.power(L, power, out=L)  # non-negative, so |Z^p| = Z^p
+    L /= affinity_top(L, power)
     return L  # ½(L + Lᵀ) = L: already symmetric bit for bit
 
 

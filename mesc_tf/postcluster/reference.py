@@ -13,8 +13,8 @@ from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
 from mesc_tf.errors import MescError
-from mesc_tf.postcluster.checks import (check_affinity_args, check_clusters, check_square,
-                                        check_variant, zero_affinity)
+from mesc_tf.postcluster.checks import (affinity_top, check_affinity_args, check_clusters,
+                                        check_square, check_variant)
 
 
 def pretreat(C, variant: str = "mesc") -> np.ndarray:
@@ -88,11 +88,9 @@ def affinity_from_embedding(U: np.ndarray, power: float) -> np.ndarray:
     """Steps 6-7: L = |max(UUᵀ, 0)^power| / max, symmetrised."""
     Z = U @ U.T
     Z = Z * (Z > 0)
-    L = np.abs(Z**power)
-    top = L.max()
-    if not top > 0:
-        raise zero_affinity()
-    L = L / top
+    with np.errstate(over="ignore"):  # affinity_top names an overflow
+        L = np.abs(Z**power)
+    L = L / affinity_top(L, power)
     return 0.5 * (L + L.T)
 
 
