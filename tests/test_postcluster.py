@@ -477,3 +477,17 @@ def test_arpack_rng_is_the_seeds_own_generator():
         got = pc_ref.arpack_rng(seed)["rng"].random(4)
         np.testing.assert_array_equal(got, np.random.default_rng(int(seed)).random(4))
     assert pc_ref.arpack_rng(None) == {} and pc_ref.arpack_rng(1.5) == {}
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "x"])
+def test_reference_post_proC_and_spectral_check_the_seed_first(seed, monkeypatch):
+    """As cluster() does: the project's one-line error before the SVD, not scikit-learn's
+    InvalidParameterError after it."""
+    from mesc_tf.postcluster import reference
+
+    C = np.random.default_rng(0).random((30, 30))
+    monkeypatch.setattr(reference, "svd_embedding", lambda *a, **k: pytest.fail("SVD ran"))
+    for call in (lambda: reference.post_proC(C, 3, 4, 2.0, seed=seed),
+                 lambda: reference.spectral(C + C.T, 3, seed=seed)):
+        with pytest.raises(MescError, match="seed must be a whole number"):
+            call()

@@ -12,6 +12,7 @@ from scipy.sparse.linalg import ArpackError, LinearOperator, aslinearoperator, e
 from sklearn.cluster import SpectralClustering
 from sklearn.preprocessing import normalize
 
+from mesc_tf.config import check_seed
 from mesc_tf.errors import MescError
 from mesc_tf.postcluster.checks import (affinity_top, check_affinity_args, check_clusters,
                                         check_square, check_variant)
@@ -111,6 +112,7 @@ def spectral(L, n_clusters: int, seed: int | None = 0) -> np.ndarray:
     """
     L = check_square(L, "spectral", name="L")
     K = check_clusters(n_clusters, L.shape[0], "spectral")
+    seed = None if seed is None else check_seed(seed)
     if L.min() < 0:  # sklearn would take square roots of negative degrees
         raise MescError("spectral: the affinity L has negative entries; pass a non-negative "
                         "matrix (affinity() builds one from C)")
@@ -122,4 +124,6 @@ def spectral(L, n_clusters: int, seed: int | None = 0) -> np.ndarray:
 def post_proC(C, n_clusters: int, subspace_dim: int, power: float, variant: str = "mesc",
               seed: int | None = 0) -> np.ndarray:
     """The reference post_proC (§3.2): labels 0..K-1 of the (already thresholded) C."""
+    if seed is not None:  # here, not after the SVD
+        check_seed(seed)
     return spectral(affinity(C, n_clusters, subspace_dim, power, variant), n_clusters, seed)
