@@ -37,6 +37,7 @@ POST_METHODS = ("fast", "strict", "reference")
 METHODS = ("our", "our_wo_net", "dsc_l1", "dsc_l2")
 # Kernel initializers of a fresh auto-encoder (Pretrain.initializer; model.ConvAutoEncoder).
 INITIALIZERS = ("he_normal", "glorot_uniform", "truncated_normal")
+_FLOAT32_MAX = 3.4028234663852886e38  # np.finfo(np.float32).max
 
 
 def _check_choice(what, value, choices):
@@ -162,8 +163,9 @@ class Settings:
                                 f"got {getattr(self, name)}")
         if not 0 < self.lr < math.inf:
             raise MescError(f"{_flag('lr')} must be a finite number > 0, got {self.lr}")
-        if not math.isfinite(self.coef_init):
-            raise MescError(f"{_flag('coef_init')} must be a finite number, got {self.coef_init}")
+        if not abs(self.coef_init) <= _FLOAT32_MAX:  # C is float32
+            raise MescError(f"{_flag('coef_init')} must be a finite number of float32's range "
+                            f"(|x| <= {_FLOAT32_MAX:.4g}: C is float32), got {self.coef_init}")
         # Whole numbers may come as floats (2.0, from a grid or JSON); they are stored as int.
         for name, low in (("epochs", 0), ("subspace_dim", 1)):
             value = getattr(self, name)

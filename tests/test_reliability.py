@@ -226,7 +226,11 @@ RUN_CASES = {
     "inf-thr": (lambda f: [*ORL, "--thr", "inf", *_data("orl")(f)],
                 ["(--thr) must be a finite number > 0"]),
     "nan-coef-init": (lambda f: [*ORL, "--coef-init", "nan", *_data("orl")(f)],
-                      ["(--coef-init) must be a finite number, got nan"]),
+                      ["(--coef-init) must be a finite number", "got nan"]),
+    # finite, but not in float32 (C's type): a traceback from Keras' cast
+    "coef-init-past-float32": (lambda f: [*ORL, "--coef-init", "1e40", *_data("orl")(f)],
+                               ["(--coef-init) must be a finite number of float32's range",
+                                "got 1e+40"]),
     "non-number-epochs": (lambda f: ["--dataset", "orl", "--epochs", "ten"], ["invalid int"]),
     "negative-seed": (lambda f: [*ORL, "--seed", "-1"], ["--seed", "from 0 to 4294967295"]),
     "seed-too-large": (lambda f: [*ORL, "--seed", "4294967296"], ["got '4294967296'"]),
