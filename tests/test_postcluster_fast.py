@@ -818,7 +818,7 @@ def test_power_zero_is_one_clear_error(method):
 
 @pytest.mark.parametrize("method", ["fast", "strict", "reference"])
 def test_a_power_that_overflows_the_affinity_is_one_clear_error(method):
-    """A finite power past ~1e16 raises entries of U·Uᵀ at 1 + rounding to inf, and the
+    """A finite power past ~1e18 raises entries of U·Uᵀ at 1 + rounding to inf, and the
     normalisation left NaNs that clustered to arbitrary labels (exit 0): now refused, without
     NumPy's overflow warning."""
     C, _ = trained_like(0)
