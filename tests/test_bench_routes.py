@@ -27,7 +27,9 @@ def test_parse_args_makes_no_json_folder(tmp_path):
     out = tmp_path / "new" / "deeper" / "r.json"
     for name, argv in (("conv_routes", []),
                        ("spectral_routes", ["--coef", str(coef), "--clusters", "2", "--thr",
-                                            "0.1"])):
+                                            "0.1"]),
+                       ("svd_solvers", ["--coef", str(coef), "--clusters", "2", "--thr", "0.1",
+                                        "--subspace-dim", "1"])):
         mod = _load(name)
         assert mod.parse_args([*argv, "--json", str(out)]).json == str(out)
         assert not (tmp_path / "new").exists() and not mod.CLEANUP, name
@@ -437,3 +439,34 @@ def test_spectral_sklearn_runs_each_route_variant_and_seed(monkeypatch, capsys):
     assert "thr 0.2, d 3, power 4" in capsys.readouterr().out.splitlines()[0]
     assert calls == [(4, 0.2, 3, 4.0, v, m, s) for v in ("mesc", "dsc", "dsc_diag")
                      for m in ("fast", "reference") for s in (3, 4)]
+
+
+def test_svd_solvers_figures_and_the_module_restored(tmp_path, capsys):
+    """benchmarks/svd_solvers.py on a small C: ARPACK converged, PROPACK with the route's extra
+    triplets on ARPACK's subspace, asked for k alone less converged; the fast route's settings
+    are restored after; bad input is one line before the work."""
+    from mesc_tf import cli
+    from mesc_tf.postcluster import fast as pc_fast
+
+    mod = _load("svd_solvers")
+    np.save(tmp_path / "c.npy", _blocks_C())
+    settings = (pc_fast.eigsh, pc_fast.DENSE_SVD_MAX_N, pc_fast.SVD_PROPACK_MAX_SHARE,
+                pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_RESIDUAL_MAX)
+    out = tmp_path / "svd.json"
+    argv = ["--coef", str(tmp_path / "c.npy"), "--clusters", "5", "--thr", "0.2",
+            "--subspace-dim", "4"]
+    assert mod.main([*argv, "--json", str(out)]) == 0
+    assert (pc_fast.eigsh, pc_fast.DENSE_SVD_MAX_N, pc_fast.SVD_PROPACK_MAX_SHARE,
+            pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_RESIDUAL_MAX) == settings
+    report = json.loads(out.read_text())
+    assert report["rank"] == 21 and report["arpack"]["products"] > 0
+    assert report["arpack"]["residual"] < 1e-13
+    assert report["propack"]["extra"] == pc_fast.SVD_PROPACK_EXTRA
+    assert report["propack"]["residual"] < pc_fast.SVD_RESIDUAL_MAX
+    assert report["propack"]["sine_to_arpack"] < 1e-9
+    assert report["propack_k_alone"]["extra"] == 0
+    assert "PROPACK, 22 + 20 triplets" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main_guard(lambda: mod.main([*argv[:-1], "159"]), mod.CLEANUP)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "leaves ARPACK no room in n = 160" in err

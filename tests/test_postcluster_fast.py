@@ -111,15 +111,26 @@ def test_sparse_pretreatment_equals_dense(variant):
     np.testing.assert_array_equal(got, pc.pretreat(Cs.toarray(), variant))
 
 
-@pytest.mark.parametrize("dense_max", [4096, 0])  # dense eigh of CᵀC, then ARPACK on sparse CᵀC
-def test_svd_embedding_gives_the_reference_affinity(monkeypatch, dense_max):
-    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", dense_max)
+def _propack_on_small_c(monkeypatch):
+    """The SVD's PROPACK route on the small C's here: its size rule keeps it for large n."""
+    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 0)
+    monkeypatch.setattr(pc_fast, "SVD_PROPACK_MAX_SHARE", 1.0)
+    monkeypatch.setattr(pc_fast, "SVD_PROPACK_KMAX_FACTOR", 3)
+
+
+@pytest.mark.parametrize("solver", ["dense", "ARPACK", "PROPACK"])
+def test_svd_embedding_gives_the_reference_affinity(monkeypatch, solver):
+    """Each eigen-solver of the fast route's SVD: a dense eigh of CᵀC (n up to
+    DENSE_SVD_MAX_N), PROPACK, and ARPACK on the sparse CᵀC (where PROPACK is not used)."""
+    monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 4096 if solver == "dense" else 0)
+    if solver == "PROPACK":
+        _propack_on_small_c(monkeypatch)
     C, _ = trained_like(6)
     Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(C, 0.1), "mesc")
     info = {}
     U = pc_fast._svd_embedding_fast(Cs, 5, 4, info)
     assert U is not None and info["svd_gap"] >= pc_fast.SVD_GAP_MIN
-    assert ("dense" in info["svd"]) == bool(dense_max)
+    assert solver in info["svd"]
     U_ref = pc_ref.svd_embedding(Cs.toarray(), 5, 4)
     np.testing.assert_allclose(U @ U.T, U_ref @ U_ref.T, atol=1e-10)
     L = pc_fast._affinity_inplace(U, 3.5)
@@ -826,3 +837,45 @@ def test_a_power_that_overflows_the_affinity_is_one_clear_error(method):
         warnings.simplefilter("error")
         with pytest.raises(MescError, match=r"affinity overflowed at power 1e\+300.*smaller"):
             pc.cluster(C, 5, 0.2, 4, 1e300, "mesc", method=method)
+
+
+@pytest.mark.parametrize("power", [1.0, 8.0])
+def test_propack_route_labels_equal_reference(monkeypatch, power):
+    """The SVD by PROPACK (above DENSE_SVD_MAX_N where its basis fits), then the rest of the
+    fast route: the reference's labels, certified."""
+    _propack_on_small_c(monkeypatch)
+    for seed in range(3):
+        C, _ = trained_like(seed)
+        info = {}
+        fast = pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=seed, info=info)
+        assert info["svd"] == "PROPACK on sparse C" and not info["ill_posed"]
+        np.testing.assert_array_equal(
+            fast, pc.cluster(C, 5, 0.2, 4, power, "mesc", seed=seed, method="reference"))
+
+
+def test_propack_is_seeded_and_its_failures_go_to_arpack(monkeypatch):
+    """The same seed gives the same bits; where PROPACK raises (not converged within its
+    basis, or unavailable) or returns a pair far from converged (its test is on the values),
+    ARPACK computes the SVD and the labels are still the reference's."""
+    _propack_on_small_c(monkeypatch)
+    C, _ = trained_like(1)
+    Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(C, 0.2), "mesc")
+    kw = pc_ref.arpack_rng(3)
+    first = pc_fast._svd_embedding_fast(Cs, 5, 4, {}, pc_ref.arpack_rng(3))
+    np.testing.assert_array_equal(first, pc_fast._svd_embedding_fast(Cs, 5, 4, {}, kw))
+    reference = pc.cluster(C, 5, 0.2, 4, 8.0, "mesc", seed=0, method="reference")
+    real = pc_fast.svds
+
+    def fails(*args, **kwargs):
+        raise np.linalg.LinAlgError("k=26 singular triplets did not converge")
+
+    def unconverged(*args, **kwargs):
+        u, s, vt = real(*args, **kwargs)
+        return u, s, vt + 1e-6 * np.random.default_rng(0).standard_normal(vt.shape)
+
+    for fake in (fails, unconverged):
+        monkeypatch.setattr(pc_fast, "svds", fake)
+        info = {}
+        labels = pc.cluster(C, 5, 0.2, 4, 8.0, "mesc", seed=0, info=info)
+        assert info["svd"] == "ARPACK on sparse CᵀC" and not info["ill_posed"], fake
+        np.testing.assert_array_equal(labels, reference)

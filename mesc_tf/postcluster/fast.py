@@ -4,6 +4,7 @@ package docstring says what changes and when the labels can differ), and its tun
 from __future__ import annotations
 
 import functools
+import inspect
 import mmap
 import re
 import time
@@ -11,7 +12,7 @@ import time
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh
+from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh, svds
 import sklearn
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
@@ -54,6 +55,21 @@ DENSE_SVD_MAX_N = 4096
 # (k 322), 400-500 vectors took 6.8-7.2 s against 8.5 s (as many products, less work per
 # restart), 350 took 10 s; the same labels (benchmarks/README.md, session 26).
 SVD_NCV_FACTOR = 4 / 3
+# Before ARPACK, PROPACK (svds(solver="propack"): Lanczos bidiagonalisation of C with partial
+# reorthogonalisation), asked for SVD_PROPACK_EXTRA triplets more than the k = r + 1 needed: the
+# trailing ones converge last, so the k leading ones come out converged. On the trained MNIST C
+# (k 322) their residuals were 8e-13·σ₁² (1.4e-8 with none more), and the rank-r subspace agreed
+# with ARPACK's to a sine of 4e-12 and with svds' to 6e-12, as ARPACK's with svds' does (6e-12);
+# 7.8 s against ARPACK's 18 s, the same labels (benchmarks/svd_solvers.py; benchmarks/README.md,
+# session 62). Its Lanczos basis may grow to SVD_PROPACK_KMAX_FACTOR times the triplets (MNIST
+# used over 1000 for 342). It runs only where that is at most SVD_PROPACK_MAX_SHARE·n, so that
+# its work space (2n + 5·kmax floats per basis vector) stays under the n² floats of the
+# affinity, which come later. Where it fails, or returns a pair whose residual ‖CᵀCv − θv‖
+# passes SVD_RESIDUAL_MAX·σ₁² (its convergence test is on the values), ARPACK runs.
+SVD_PROPACK_EXTRA = 20
+SVD_PROPACK_KMAX_FACTOR = 6
+SVD_PROPACK_MAX_SHARE = 0.25
+SVD_RESIDUAL_MAX = 1e-10
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
 SVD_GAP_MIN = 1e-6
 # Two of ARPACK's r + 1 eigenvalues of CᵀC this close (relative to σ_1²): a multiple eigenvalue,
@@ -87,6 +103,8 @@ _SIGMA = -1e-5
 # ill-posed (its affinity is the fast route's, which the old shift-invert may not forgive).
 _SKLEARN_VERSION = tuple(map(int, re.match(r"(\d+)\.(\d+)", sklearn.__version__).groups()))
 _SKLEARN_SIGMA_BELOW_ZERO = _SKLEARN_VERSION >= (1, 9)
+# svds' seed keyword: ``rng`` since SciPy 1.15, ``random_state`` before.
+_SVDS_RNG = "rng" if "rng" in inspect.signature(svds).parameters else "random_state"
 
 
 def _blas_threads(threads):
@@ -121,6 +139,30 @@ def _pretreat_sparse(Cs, variant: str) -> sp.csr_array:
     return C
 
 
+def _propack_eigenpairs(Cs, Ct, k: int, rng=None):
+    """The k leading eigenpairs (θ ascending, V) of CᵀC from PROPACK (``SVD_PROPACK_EXTRA``),
+    or (None, None) where it does not run, fails or returns a pair that has not converged.
+    ``rng``: the generator of its start vector (default: seeded with 0)."""
+    n = Cs.shape[0]
+    asked = k + SVD_PROPACK_EXTRA
+    kmax = SVD_PROPACK_KMAX_FACTOR * asked
+    if kmax > SVD_PROPACK_MAX_SHARE * n:
+        return None, None
+    seeded = {_SVDS_RNG: rng if rng is not None else np.random.default_rng(0)}
+    try:
+        _, s, vt = svds(Cs, k=asked, solver="propack", maxiter=kmax, **seeded)
+    except (ValueError, np.linalg.LinAlgError):  # not converged in kmax steps; unavailable
+        return None, None
+    top = np.argsort(s)[-k:]  # ascending, as eigsh returns them
+    w, V = s[top] ** 2, vt[top].T
+    if not w[-1] > 0:
+        return None, None
+    residual = np.linalg.norm(Ct @ (Cs @ V) - V * w, axis=0).max()
+    if not residual <= SVD_RESIDUAL_MAX * w[-1]:
+        return None, None
+    return w, V
+
+
 def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
                         arpack_kw=None):
     """Steps 2-5 as svds computes them, with another eigen-solver for CᵀC (see the package
@@ -144,15 +186,19 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
         return None
     else:
         Ct = sp.csr_array(Cs.T)
-        op = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: Ct @ (Cs @ x),
-                            matmat=lambda X: Ct @ (Cs @ X))
-        try:
-            k = r + 1
-            ncv = min(n, max(2 * k + 1, 20), max(int(SVD_NCV_FACTOR * k), k + 20))
-            w, V = eigsh(op, k=k, tol=0, v0=np.ones(n), ncv=ncv, **(arpack_kw or {}))
-        except ArpackError:
-            return None
-        info["svd"] = "ARPACK on sparse CᵀC"
+        k = r + 1
+        w, V = _propack_eigenpairs(Cs, Ct, k, (arpack_kw or {}).get("rng"))
+        if w is not None:
+            info["svd"] = "PROPACK on sparse C"
+        else:
+            op = LinearOperator((n, n), dtype=np.float64, matvec=lambda x: Ct @ (Cs @ x),
+                                matmat=lambda X: Ct @ (Cs @ X))
+            try:
+                ncv = min(n, max(2 * k + 1, 20), max(int(SVD_NCV_FACTOR * k), k + 20))
+                w, V = eigsh(op, k=k, tol=0, v0=np.ones(n), ncv=ncv, **(arpack_kw or {}))
+            except ArpackError:
+                return None
+            info["svd"] = "ARPACK on sparse CᵀC"
         # A value found more than once: CᵀC has a multiple eigenvalue there, whose copies
         # single-vector Lanczos finds only by rounding, so it may have skipped some and
         # returned smaller ones (6 of 13 copies of 1 found, and a false gap of 5e-3). Where it
