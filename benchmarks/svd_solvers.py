@@ -11,8 +11,9 @@ reorthogonalises each new vector against the whole basis, bound by memory. This 
 the route does, whatever n (PROPACK's seconds include the route's residual test), and PROPACK
 asked for k alone. For each it prints the seconds, the
 largest residual ‖CᵀCv − θv‖ / σ₁² of the k pairs and, for PROPACK, the sine of the largest
-angle between its rank-r subspace and ARPACK's. The steps after the SVD certify labels for
-subspaces that agree to rounding (ARPACK's with svds' agree to ~1e-11 or better).
+angle between its rank-r subspace and ARPACK's; with --svds, the reference's svds too and the
+sines of its subspace to theirs. The steps after the SVD certify labels for subspaces that
+agree to rounding.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--thr", type=float, required=True, help="thrC ratio ρ")
     p.add_argument("--subspace-dim", type=int, required=True, help="d: the SVD's rank is d·K + 1")
     p.add_argument("--variant", default="mesc", choices=("mesc", "dsc", "dsc_diag"))
+    p.add_argument("--svds", action="store_true",
+                   help="also the reference's svds (ARPACK on CᵀC, its own basis size, v0 of "
+                        "ones; on the sparse C) and each solver's sine to its subspace")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
@@ -143,13 +147,26 @@ def main(argv=None):
           f"{(w_a[1] - w_a[0]) / w_a[-1]:.3g}")
     print(f"ARPACK: {t_a:.2f} s ({products} products), residual {rows['arpack']['residual']:.2g}",
           flush=True)
+    spaces = {"arpack": V_a[:, 1:]}  # the rank-r subspaces
     for name, extra in (("propack", pc_fast.SVD_PROPACK_EXTRA), ("propack_k_alone", 0)):
         t_p, w_p, V_p = propack(Cs, r + 1, extra)
+        spaces[name] = V_p[:, 1:]
         rows[name] = {"extra": extra, "seconds": t_p, "residual": residual(Cs, w_p, V_p),
                       "sine_to_arpack": sine(V_a[:, 1:], V_p[:, 1:])}
         print(f"PROPACK, {r + 1} + {extra} triplets: {t_p:.2f} s, residual "
               f"{rows[name]['residual']:.2g}, sine to ARPACK's subspace "
               f"{rows[name]['sine_to_arpack']:.2g}", flush=True)
+    if args.svds:
+        from scipy.sparse.linalg import svds
+
+        t = time.perf_counter()
+        _, _, vt = svds(Cs, r, v0=np.ones(Cs.shape[0]))
+        rows["svds"] = {"seconds": time.perf_counter() - t,
+                        **{f"sine_to_{k}": sine(vt.T, V) for k, V in spaces.items()}}
+        print(f"svds: {rows['svds']['seconds']:.2f} s; sine of its subspace to ARPACK's "
+              f"{rows['svds']['sine_to_arpack']:.2g}, to PROPACK's "
+              f"{rows['svds']['sine_to_propack']:.2g} (k alone: "
+              f"{rows['svds']['sine_to_propack_k_alone']:.2g})", flush=True)
     gap = float((w_a[1] - w_a[0]) / w_a[-1])
     if args.json:
         from mesc_tf import provenance

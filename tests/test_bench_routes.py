@@ -455,7 +455,7 @@ def test_svd_solvers_figures_and_the_module_restored(tmp_path, capsys):
     out = tmp_path / "svd.json"
     argv = ["--coef", str(tmp_path / "c.npy"), "--clusters", "5", "--thr", "0.2",
             "--subspace-dim", "4"]
-    assert mod.main([*argv, "--json", str(out)]) == 0
+    assert mod.main([*argv, "--svds", "--json", str(out)]) == 0
     assert (pc_fast.eigsh, pc_fast.DENSE_SVD_MAX_N, pc_fast.SVD_PROPACK_MAX_SHARE,
             pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_RESIDUAL_MAX) == settings
     report = json.loads(out.read_text())
@@ -465,6 +465,7 @@ def test_svd_solvers_figures_and_the_module_restored(tmp_path, capsys):
     assert report["propack"]["residual"] < pc_fast.SVD_RESIDUAL_MAX
     assert report["propack"]["sine_to_arpack"] < 1e-9
     assert report["propack_k_alone"]["extra"] == 0
+    assert max(report["svds"][f"sine_to_{k}"] for k in ("arpack", "propack")) < 1e-9
     assert "PROPACK, 22 + 20 triplets" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main_guard(lambda: mod.main([*argv[:-1], "159"]), mod.CLEANUP)

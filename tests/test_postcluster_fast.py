@@ -788,22 +788,25 @@ def test_rank_n_minus_1_above_the_dense_size_falls_back_to_svds(monkeypatch):
     assert labels.shape == (12,)
 
 
+@pytest.mark.parametrize("solver,copies", [("ARPACK", 50), ("PROPACK", 300)])
 def test_multiple_singular_value_at_the_rank_above_the_dense_size_falls_back_to_svds(
-        monkeypatch):
-    """C = blocks ⊕ 5·I₅₀ ('dsc'): CᵀC has the eigenvalue 25 fifty times, straddling r = 25.
-    Single-vector Lanczos finds copies of a multiple eigenvalue only by rounding: ARPACK
-    skipped some and went on to smaller eigenvalues, so σ_r² − σ_{r+1}² looked far from 0
-    and the ill-determined subspace passed the gap check. A value found twice now sends it to
-    svds, flagged."""
+        monkeypatch, solver, copies):
+    """C = blocks ⊕ 5·I ('dsc'): CᵀC has the eigenvalue 25 fifty (or 300) times, straddling
+    r = 25. Single-vector Lanczos (ARPACK's; PROPACK's bidiagonalisation) finds copies of a
+    multiple eigenvalue only by rounding: ARPACK skipped some and went on to smaller
+    eigenvalues, so σ_r² − σ_{r+1}² looked far from 0 and the ill-determined subspace passed
+    the gap check. A value found twice now sends it to svds, flagged."""
     monkeypatch.setattr(pc_fast, "DENSE_SVD_MAX_N", 10)
+    if solver == "PROPACK":  # its basis fits (n 330)
+        _propack_on_small_c(monkeypatch)
     rng = np.random.default_rng(0)
     A = np.abs(rng.standard_normal((30, 30))) + 3 * scipy.linalg.block_diag(
         np.ones((15, 15)), np.ones((15, 15)))
-    C = scipy.linalg.block_diag(A, 5 * np.eye(50))
+    C = scipy.linalg.block_diag(A, 5 * np.eye(copies))
     Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(C, 1.0), "dsc")
     info = {}
     assert pc_fast._svd_embedding_fast(Cs, 3, 8, info) is None
-    assert info["svd_gap"] < pc_fast.SVD_GAP_MIN
+    assert info["svd"].startswith(solver) and info["svd_gap"] < pc_fast.SVD_GAP_MIN
     info = {}
     pc.cluster(C, 3, 1.0, 8, 1.0, "dsc", info=info)
     assert info["svd"] == "reference svds (fallback)" and info["ill_posed"]

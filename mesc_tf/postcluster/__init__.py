@@ -32,7 +32,10 @@ is "fast"):
   - The rank-r SVD: svds takes the top-r eigenvectors V of CᵀC from ARPACK, then the SVD of
     C·V. Only the eigen-solver changes: a dense LAPACK ``eigh`` of CᵀC for n ≤
     ``DENSE_SVD_MAX_N`` (r is 10-30 % of n there, where ARPACK needs hundreds of restarts),
-    else ARPACK on the sparse thresholded C with a smaller Lanczos basis (``SVD_NCV_FACTOR``).
+    else PROPACK's Lanczos bidiagonalisation of the sparse thresholded C, asked for
+    ``SVD_PROPACK_EXTRA`` triplets more than needed, each pair's residual checked; where its
+    basis would not fit (``SVD_PROPACK_MAX_SHARE``), it fails or a residual is too large,
+    ARPACK on the sparse CᵀC with a smaller Lanczos basis (``SVD_NCV_FACTOR``).
     The affinity depends on the top-r subspace only (signs and rotations inside it cancel in
     U·diag(σ)·Uᵀ), so it agrees with svds' to rounding (~1e-13) if σ_r and σ_{r+1} are
     apart; the gap is checked (``SVD_GAP_MIN``) and svds itself is used when it is not.

@@ -50,7 +50,8 @@ BLOCK_SI_TOL = 1e-12
 NEXT_TOL = 1e-7
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
-# Above it, ARPACK's Lanczos basis for the k = r + 1 eigenvectors of CᵀC: SVD_NCV_FACTOR·k
+# Above it (where PROPACK, below, does not serve), ARPACK's Lanczos basis for the k = r + 1
+# eigenvectors of CᵀC: SVD_NCV_FACTOR·k
 # vectors (at least k + 20) where that is fewer than eigsh's 2k + 1. On the trained MNIST C
 # (k 322), 400-500 vectors took 6.8-7.2 s against 8.5 s (as many products, less work per
 # restart), 350 took 10 s; the same labels (benchmarks/README.md, session 26).
@@ -59,9 +60,9 @@ SVD_NCV_FACTOR = 4 / 3
 # reorthogonalisation), asked for SVD_PROPACK_EXTRA triplets more than the k = r + 1 needed: the
 # trailing ones converge last, so the k leading ones come out converged. On the trained MNIST C
 # (k 322) their residuals were 8e-13·σ₁² (1.4e-8 with none more), and the rank-r subspace agreed
-# with ARPACK's to a sine of 4e-12 and with svds' to 6e-12, as ARPACK's with svds' does (6e-12);
-# 7.8 s against ARPACK's 18 s, the same labels (benchmarks/svd_solvers.py; benchmarks/README.md,
-# session 62). Its Lanczos basis may grow to SVD_PROPACK_KMAX_FACTOR times the triplets (MNIST
+# with ARPACK's to a sine of 4e-12 and with svds' to 6e-12, as ARPACK's with svds' does (5e-12);
+# 7.1-8.8 s (with the residual test) against ARPACK's 16-17 s, the same labels
+# (benchmarks/svd_solvers.py; benchmarks/README.md, session 62). Its Lanczos basis may grow to SVD_PROPACK_KMAX_FACTOR times the triplets (MNIST
 # used over 1000 for 342). It runs only where that is at most SVD_PROPACK_MAX_SHARE·n, so that
 # its work space (2n + 5·kmax floats per basis vector) stays under the n² floats of the
 # affinity, which come later. Where it fails, or returns a pair whose residual ‖CᵀCv − θv‖
@@ -72,8 +73,9 @@ SVD_PROPACK_MAX_SHARE = 0.25
 SVD_RESIDUAL_MAX = 1e-10
 # (σ_r² − σ_{r+1}²) / σ_1² below this: the rank-r subspace is ill-determined; use svds.
 SVD_GAP_MIN = 1e-6
-# Two of ARPACK's r + 1 eigenvalues of CᵀC this close (relative to σ_1²): a multiple eigenvalue,
-# of which ARPACK may have missed copies, so its gap proves nothing; use svds. Distinct values
+# Two of the r + 1 eigenvalues of CᵀC found (by ARPACK or PROPACK) this close (relative to σ_1²):
+# a multiple eigenvalue, of which the solver may have missed copies, so its gap proves nothing;
+# use svds. Distinct values
 # of a trained C's spectrum (spacing ~1e-3 of σ_1²) are this close with odds ~1e-7.
 SVD_REPEAT_MAX = 1e-12
 # Smallest row norm of U·√σ over the largest. A sample the rank-r subspace (nearly) misses has
@@ -200,11 +202,12 @@ def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
                 return None
             info["svd"] = "ARPACK on sparse CᵀC"
         # A value found more than once: CᵀC has a multiple eigenvalue there, whose copies
-        # single-vector Lanczos finds only by rounding, so it may have skipped some and
-        # returned smaller ones (6 of 13 copies of 1 found, and a false gap of 5e-3). Where it
-        # found one copy only, nothing here shows it: the check (ARPACK on CᵀC beside the r + 1
-        # vectors) cost 2 s of MNIST's 27 s on session 57's VM, and a multiple eigenvalue needs
-        # a degenerate C (identical blocks, say), where svds' own Lanczos is as arbitrary.
+        # single-vector Lanczos (either solver) finds only by rounding, so it may have skipped
+        # some and returned smaller ones (ARPACK: 6 of 13 copies of 1 found, and a false gap of
+        # 5e-3). Where it found one copy only, nothing here shows it: the check (ARPACK on CᵀC
+        # beside the r + 1 vectors) cost 2 s of MNIST's 27 s on session 57's VM, and a multiple
+        # eigenvalue needs a degenerate C (identical blocks, say), where svds' own Lanczos is as
+        # arbitrary.
         if np.min(np.diff(w)) <= SVD_REPEAT_MAX * w[-1]:
             info["svd_gap"] = 0.0
             return None
