@@ -51,10 +51,10 @@ NEXT_TOL = 1e-7
 # Up to this n the SVD uses a dense eigh of CᵀC (O(n³), but no ARPACK restarts).
 DENSE_SVD_MAX_N = 4096
 # Above it (where PROPACK, below, does not serve), ARPACK's Lanczos basis for the k = r + 1
-# eigenvectors of CᵀC: SVD_NCV_FACTOR·k
-# vectors (at least k + 20) where that is fewer than eigsh's 2k + 1. On the trained MNIST C
-# (k 322), 400-500 vectors took 6.8-7.2 s against 8.5 s (as many products, less work per
-# restart), 350 took 10 s; the same labels (benchmarks/README.md, session 26).
+# eigenvectors of CᵀC: SVD_NCV_FACTOR·k vectors (at least k + 20) where that is fewer than eigsh's
+# 2k + 1. On the trained MNIST C (k 322), 400-500 vectors took 6.8-7.2 s against 8.5 s (as many
+# products, less work per restart), 350 took 10 s; the same labels (benchmarks/README.md,
+# session 26).
 SVD_NCV_FACTOR = 4 / 3
 # Before ARPACK, PROPACK (svds(solver="propack"): Lanczos bidiagonalisation of C with partial
 # reorthogonalisation), asked for SVD_PROPACK_EXTRA triplets more than the k = r + 1 needed: the
@@ -62,11 +62,12 @@ SVD_NCV_FACTOR = 4 / 3
 # (k 322) their residuals were 8e-13·σ₁² (1.4e-8 with none more), and the rank-r subspace agreed
 # with ARPACK's to a sine of 4e-12 and with svds' to 6e-12, as ARPACK's with svds' does (5e-12);
 # 7.1-8.8 s (with the residual test) against ARPACK's 16-17 s, the same labels
-# (benchmarks/svd_solvers.py; benchmarks/README.md, session 62). Its Lanczos basis may grow to SVD_PROPACK_KMAX_FACTOR times the triplets (MNIST
-# used over 1000 for 342). It runs only where that is at most SVD_PROPACK_MAX_SHARE·n, so that
-# its work space (2n + 5·kmax floats per basis vector) stays under the n² floats of the
-# affinity, which come later. Where it fails, or returns a pair whose residual ‖CᵀCv − θv‖
-# passes SVD_RESIDUAL_MAX·σ₁² (its convergence test is on the values), ARPACK runs.
+# (benchmarks/svd_solvers.py; benchmarks/README.md, session 62). Its Lanczos basis may grow to
+# SVD_PROPACK_KMAX_FACTOR times the triplets (MNIST used over 1000 for 342). It runs only where
+# that is at most SVD_PROPACK_MAX_SHARE·n, so that its work space (2n + 5·kmax floats per basis
+# vector) stays under the n² floats of the affinity, which come later. Where it fails, or returns
+# a pair whose residual ‖CᵀCv − θv‖ passes SVD_RESIDUAL_MAX·σ₁² (its convergence test is on the
+# values), ARPACK runs.
 SVD_PROPACK_EXTRA = 20
 SVD_PROPACK_KMAX_FACTOR = 6
 SVD_PROPACK_MAX_SHARE = 0.25
@@ -75,8 +76,8 @@ SVD_RESIDUAL_MAX = 1e-10
 SVD_GAP_MIN = 1e-6
 # Two of the r + 1 eigenvalues of CᵀC found (by ARPACK or PROPACK) this close (relative to σ_1²):
 # a multiple eigenvalue, of which the solver may have missed copies, so its gap proves nothing;
-# use svds. Distinct values
-# of a trained C's spectrum (spacing ~1e-3 of σ_1²) are this close with odds ~1e-7.
+# use svds. Distinct values of a trained C's spectrum (spacing ~1e-3 of σ_1²) are this close with
+# odds ~1e-7.
 SVD_REPEAT_MAX = 1e-12
 # Smallest row norm of U·√σ over the largest. A sample the rank-r subspace (nearly) misses has
 # a row of rounding noise, which step 5 scales to norm 1: its affinities are then arbitrary on
