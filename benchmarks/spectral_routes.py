@@ -53,11 +53,28 @@ def parse_args(argv=None):
         p.error("--settings: write d:power pairs, e.g. 24:8,32:16")
     if not all(d >= 1 and pw > 0 for d, pw in args.settings):
         p.error("--settings: d must be >= 1 and the power > 0, e.g. 24:8,32:16")
-    if not Path(args.coef).is_file():
-        why = "is a folder" if Path(args.coef).is_dir() else "not found"
-        p.error(f"--coef: {args.coef} {why}; give a .npy file saved by experiments/run.py "
-                "--save-coef")
+    check_coef_path(p, args.coef)
     return args
+
+
+def check_coef_path(parser, path):
+    """--coef names a file (parser.error otherwise; the array is read by load_coef)."""
+    if not Path(path).is_file():
+        why = "is a folder" if Path(path).is_dir() else "not found"
+        parser.error(f"--coef: {path} {why}; give a .npy file saved by experiments/run.py "
+                     "--save-coef")
+
+
+def load_coef(path):
+    """The square C saved at --coef, or a MescError naming the file."""
+    try:
+        C = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError):  # EOFError: an empty file
+        C = None
+    if not isinstance(C, np.ndarray):  # an .npz archive is not one array
+        raise MescError(f"--coef: {path} is not a .npy array; save C with experiments/run.py "
+                        "--save-coef")
+    return pc_checks.check_square(C, f"--coef {path}")
 
 
 def time_route(A, K, seed, lanczos):
@@ -80,14 +97,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
         CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
-    try:
-        C = np.load(args.coef, allow_pickle=False)
-    except (ValueError, EOFError):  # EOFError: an empty file
-        C = None
-    if not isinstance(C, np.ndarray):  # an .npz archive is not one array
-        raise MescError(f"--coef: {args.coef} is not a .npy array; save C with experiments/run.py "
-                        "--save-coef")
-    C = pc_checks.check_square(C, f"--coef {args.coef}")
+    C = load_coef(args.coef)
     if C.shape[0] <= pc_fast.SI_LU_MAX_N:
         raise MescError(f"--coef {args.coef}: n = {C.shape[0]}, but the routes compared here run "
                         f"only above postcluster.fast.SI_LU_MAX_N = {pc_fast.SI_LU_MAX_N}; give "

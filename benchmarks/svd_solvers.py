@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from mesc_tf import cli  # noqa: E402
 from mesc_tf.errors import MescError  # noqa: E402
@@ -34,6 +34,7 @@ from mesc_tf.postcluster import checks as pc_checks  # noqa: E402
 from mesc_tf.postcluster import fast as pc_fast  # noqa: E402
 from mesc_tf.postcluster import thrc as pc_thrc  # noqa: E402
 from mesc_tf.postcluster.reference import rank  # noqa: E402
+from spectral_routes import check_coef_path, load_coef  # noqa: E402  (benchmarks/)
 
 # Folders made for --json, removed if the run then fails (cli.main_guard).
 CLEANUP = []
@@ -52,10 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     args = p.parse_args(argv)
-    if not Path(args.coef).is_file():
-        why = "is a folder" if Path(args.coef).is_dir() else "not found"
-        p.error(f"--coef: {args.coef} {why}; give a .npy file saved by experiments/run.py "
-                "--save-coef")
+    check_coef_path(p, args.coef)
     return args
 
 
@@ -124,14 +122,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.json:  # before the work, not after (nor in parse_args: a parse makes nothing)
         CLEANUP.extend(cli.prepare_out_file(args.json, force=args.force, what="--json file"))
-    try:
-        C = np.load(args.coef, allow_pickle=False)
-    except (ValueError, EOFError):  # EOFError: an empty file
-        C = None
-    if not isinstance(C, np.ndarray):  # an .npz archive is not one array
-        raise MescError(f"--coef: {args.coef} is not a .npy array; save C with experiments/run.py "
-                        "--save-coef")
-    C = pc_checks.check_square(C, f"--coef {args.coef}")
+    C = load_coef(args.coef)
     K = pc_checks.check_clusters(args.clusters, C.shape[0], "--clusters")
     pc_checks.check_ratio(args.thr)
     pc_checks.check_affinity_args(K, args.subspace_dim, 1.0, C.shape[0])
