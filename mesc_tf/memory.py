@@ -57,6 +57,8 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     Post-clustering (postcluster's fast route; ``pipeline.run`` has dropped the model) then
     holds C and the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded
     C and the n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB).
+    The SVD's solvers work before that buffer exists, in less (PROPACK's basis is capped for
+    it: ``postcluster.fast.SVD_PROPACK_MAX_SHARE``).
     Plus the runtime. With TF's BFC allocator (``bfc_allocator``) the pool fine-tuning grew,
     ``BFC_POOL_FACTOR`` × its estimate, stays resident during post-clustering: the two add up.
     """
