@@ -2,18 +2,17 @@
 saved C (issue 6).
 
     python benchmarks/svd_solvers.py --coef /tmp/coef/mnist.npy --clusters 10 --thr 0.03 \\
-        --subspace-dim 32
+        --subspace-dim 32 --svds
 
 Above ``postcluster.fast.DENSE_SVD_MAX_N`` the fast route takes the k = r + 1 leading eigenpairs
 of CᵀC (the thresholded, pre-treated C) from PROPACK (``svds(solver="propack")``, asked for
 ``SVD_PROPACK_EXTRA`` more), else from ARPACK with tol 0, whose single-vector Lanczos
-reorthogonalises each new vector against the whole basis, bound by memory. This runs both as
-the route does, whatever n (PROPACK's seconds include the route's residual test), and PROPACK
-asked for k alone. For each it prints the seconds, the
-largest residual ‖CᵀCv − θv‖ / σ₁² of the k pairs and, for PROPACK, the sine of the largest
-angle between its rank-r subspace and ARPACK's; with --svds, the reference's svds too and the
-sines of its subspace to theirs. The steps after the SVD certify labels for subspaces that
-agree to rounding.
+reorthogonalises each new vector against the whole basis, bound by memory. This runs both as the
+route does, whatever n (PROPACK's seconds include the route's residual test), and PROPACK asked
+for k alone. For each it prints the seconds, the largest residual ‖CᵀCv − θv‖ / σ₁² of the k
+pairs and, for PROPACK, the sine of the largest angle between its rank-r subspace and ARPACK's;
+with --svds, the reference's svds too and the sines of its subspace to theirs. The steps after
+the SVD certify labels for subspaces that agree to rounding.
 """
 
 from __future__ import annotations
