@@ -86,7 +86,7 @@ def arpack(Cs, n_clusters, subspace_dim):
     return caught["seconds"], caught["w"], caught["V"], products[0]
 
 
-def propack(Cs, k, extra):
+def propack(Cs, Ct, k, extra):
     """(seconds, θ, V) of the route's PROPACK call asked for k + ``extra`` triplets, its size
     rule and residual test off; a MescError where it does not converge."""
     saved = pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_PROPACK_MAX_SHARE, pc_fast.SVD_RESIDUAL_MAX
@@ -94,7 +94,7 @@ def propack(Cs, k, extra):
     pc_fast.SVD_RESIDUAL_MAX = np.inf
     try:
         t = time.perf_counter()
-        w, V = pc_fast._propack_eigenpairs(Cs, Cs.T.tocsr(), k, np.random.default_rng(0))
+        w, V = pc_fast._propack_eigenpairs(Cs, Ct, k, np.random.default_rng(0))
         seconds = time.perf_counter() - t
     finally:
         pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_PROPACK_MAX_SHARE, pc_fast.SVD_RESIDUAL_MAX = saved
@@ -102,11 +102,6 @@ def propack(Cs, k, extra):
         raise MescError(f"PROPACK (k {k} + {extra}) did not converge within its basis of "
                         f"{pc_fast.SVD_PROPACK_KMAX_FACTOR} × {k + extra} vectors")
     return seconds, w, V
-
-
-def residual(Cs, w, V):
-    """Largest ‖CᵀCv − θv‖ over the pairs, relative to the largest θ."""
-    return float(np.linalg.norm(Cs.T @ (Cs @ V) - V * w, axis=0).max() / w[-1])
 
 
 def sine(V, W):
@@ -131,17 +126,20 @@ def main(argv=None):
                         f"ARPACK no room in n = {C.shape[0]}; give a smaller d or a larger C")
     Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(C, args.thr), args.variant)
     del C
+    Ct = Cs.T.tocsr()
     t_a, w_a, V_a, products = arpack(Cs, K, args.subspace_dim)
-    rows = {"arpack": {"seconds": t_a, "products": products, "residual": residual(Cs, w_a, V_a)}}
-    print(f"n {Cs.shape[0]}, nnz {Cs.nnz}, rank {r}, relative gap "
-          f"{(w_a[1] - w_a[0]) / w_a[-1]:.3g}")
+    rows = {"arpack": {"seconds": t_a, "products": products,
+                       "residual": pc_fast._relative_residual(Cs, Ct, w_a, V_a)}}
+    gap = float((w_a[1] - w_a[0]) / w_a[-1])
+    print(f"n {Cs.shape[0]}, nnz {Cs.nnz}, rank {r}, relative gap {gap:.3g}")
     print(f"ARPACK: {t_a:.2f} s ({products} products), residual {rows['arpack']['residual']:.2g}",
           flush=True)
     spaces = {"arpack": V_a[:, 1:]}  # the rank-r subspaces
     for name, extra in (("propack", pc_fast.SVD_PROPACK_EXTRA), ("propack_k_alone", 0)):
-        t_p, w_p, V_p = propack(Cs, r + 1, extra)
+        t_p, w_p, V_p = propack(Cs, Ct, r + 1, extra)
         spaces[name] = V_p[:, 1:]
-        rows[name] = {"extra": extra, "seconds": t_p, "residual": residual(Cs, w_p, V_p),
+        rows[name] = {"extra": extra, "seconds": t_p,
+                      "residual": pc_fast._relative_residual(Cs, Ct, w_p, V_p),
                       "sine_to_arpack": sine(V_a[:, 1:], V_p[:, 1:])}
         print(f"PROPACK, {r + 1} + {extra} triplets: {t_p:.2f} s, residual "
               f"{rows[name]['residual']:.2g}, sine to ARPACK's subspace "
@@ -157,7 +155,6 @@ def main(argv=None):
               f"{rows['svds']['sine_to_arpack']:.2g}, to PROPACK's "
               f"{rows['svds']['sine_to_propack']:.2g} (k alone: "
               f"{rows['svds']['sine_to_propack_k_alone']:.2g})", flush=True)
-    gap = float((w_a[1] - w_a[0]) / w_a[-1])
     if args.json:
         from mesc_tf import provenance
 

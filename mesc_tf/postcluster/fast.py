@@ -161,10 +161,14 @@ def _propack_eigenpairs(Cs, Ct, k: int, rng=None):
     w, V = s[top] ** 2, vt[top].T
     if not w[-1] > 0:
         return None, None
-    residual = np.linalg.norm(Ct @ (Cs @ V) - V * w, axis=0).max()
-    if not residual <= SVD_RESIDUAL_MAX * w[-1]:
+    if not _relative_residual(Cs, Ct, w, V) <= SVD_RESIDUAL_MAX:
         return None, None
     return w, V
+
+
+def _relative_residual(Cs, Ct, w, V) -> float:
+    """The largest ‖CᵀCv − θv‖ over the eigenpairs (θ ascending, V), over the largest θ."""
+    return float(np.linalg.norm(Ct @ (Cs @ V) - V * w, axis=0).max() / w[-1])
 
 
 def _svd_embedding_fast(Cs, n_clusters: int, subspace_dim: int, info: dict,
