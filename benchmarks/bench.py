@@ -30,7 +30,8 @@ Per dataset it measures, in that one process:
 The post-clustering C is the one fine-tuned in the timing runs (warm-up + timed steps, last
 ``--jit`` mode) from the dataset's auto-encoder (``pretrained/<dataset>.h5``, else the original
 TF1 checkpoint if found, else he_normal), or ``--coef DIR``'s ``<dataset>.npy`` where it exists.
-Real data is used when the dataset files are found, otherwise random images of the right shape.
+Real data is used when the dataset files are found (their SHA-256 in ``data_files``), otherwise
+random images of the right shape.
 ``--e2e`` first runs ``experiments/run.py --dataset mnist`` end to end (127 steps, all 10000
 images) in a subprocess and reports its peak RSS; MNIST's post-clustering then uses that run's
 trained C.
@@ -109,8 +110,9 @@ def autoencoder_source(name):
 
 
 def load_or_random(name, seed=0):
-    """The real dataset if its files are found, else random images of the right shape (a file
-    that is there but bad is an error)."""
+    """(x, y, "real", the data files' SHA-256) if the dataset's files are found, else random
+    images of the right shape, (x, y, "random", None); a file that is there but bad is an
+    error."""
     import numpy as np
 
     from mesc_tf import data
@@ -119,12 +121,12 @@ def load_or_random(name, seed=0):
     cfg = get_config(name)
     try:
         ds = data.load_dataset(name)
-        return ds.x, ds.y, "real"
+        return ds.x, ds.y, "real", ds.file_hashes
     except data.MissingDataError:
         rng = np.random.default_rng(seed)
         x = rng.uniform(0, 255, (cfg.n_samples, *cfg.arch.image_shape, 1)).astype(np.float32)
         y = np.arange(cfg.n_samples) % cfg.n_clusters + 1
-        return x, y, "random"
+        return x, y, "random", None
 
 
 def ours_steps(x, cfg, jit, steps, seed):
@@ -217,11 +219,12 @@ def one_dataset(name, args):
     from mesc_tf.config import get_config
 
     cfg = get_config(name)
-    x, y, source = load_or_random(name, args.seed)
+    x, y, source, data_files = load_or_random(name, args.seed)
     warmup, repeats = DEFAULT_STEPS[name]
     warmup = args.warmup if args.warmup is not None else warmup
     repeats = args.repeats or repeats
-    res = {"dataset": name, "n": len(x), "data": source, "warmup": warmup, "repeats": repeats,
+    res = {"dataset": name, "n": len(x), "data": source, "data_files": data_files,
+           "warmup": warmup, "repeats": repeats,
            "autoencoder": autoencoder_source(name), "step_ms": {}, "steps_ms_all": {}}
     model = None
     for jit in args.jit:

@@ -106,7 +106,7 @@ def export_one(name: str, out: Path, steps: int, seed: int) -> dict:
     configure_runtime(seed, deterministic=False)  # Keras compiles nothing with XLA otherwise
     cfg = get_config(name)
     settings = cfg.mesc
-    x, _, source = load_or_random(name, seed)
+    x, _, source, _ = load_or_random(name, seed)
     x = tf.convert_to_tensor(x, tf.float32)
     ae, ae_line = sources.get_autoencoder(cfg.arch, **autoencoder_source(name))
     model = MESCNet(ae, int(x.shape[0]), settings)

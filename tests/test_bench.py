@@ -29,6 +29,7 @@ def test_bench_writes_its_figures(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (res,) = json.loads(out.read_text())["results"]
     assert res["dataset"] == "orl" and res["data"] == "random" and res["n"] == 400
+    assert res["data_files"] is None
     for mode in ("off", "on"):
         assert len(res["steps_ms_all"][mode]) == 3 and res["step_ms"][mode] > 0
     assert res["ratio_mode"] == "off"  # the ratios take the default, not the faster mode
@@ -40,6 +41,17 @@ def test_bench_writes_its_figures(tmp_path):
         assert split["total_s"] >= split["thrc_s"] + split["svd_s"], split
     assert isinstance(res["labels_fast_equal_reference"], bool)
     assert "orl" in proc.stdout and "ours ms off/on" in proc.stdout  # the printed table
+
+
+def test_bench_records_the_data_files_it_timed(synthetic_data, monkeypatch):
+    """Real data: the figures name the files they came from, by SHA-256, as results.json does."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    bench = load_script("benchmarks/bench.py", "bench_data_files")
+    from mesc_tf.data import load_dataset
+
+    x, y, source, files = bench.load_or_random("orl")
+    assert source == "real" and x.shape == (400, 32, 32, 1) and len(y) == 400
+    assert files == load_dataset("orl").file_hashes and set(files) == {"ORL_32x32.mat"}
 
 
 def test_bench_fails_loudly_on_a_bad_data_file(tmp_path):
@@ -461,7 +473,7 @@ def _fake_dataset_run(bench, monkeypatch, seen, step_s, original_s=None):
         seen["floor"] = a
         return 1.0
 
-    monkeypatch.setattr(bench, "load_or_random", lambda name, seed: (x, y, "random"))
+    monkeypatch.setattr(bench, "load_or_random", lambda name, seed: (x, y, "random", None))
     monkeypatch.setattr(bench, "autoencoder_source", lambda name: {"no_pretrain": True})
     monkeypatch.setattr(bench, "ours_steps", ours_steps)
     monkeypatch.setattr(bench, "post", post)
