@@ -83,7 +83,7 @@ def test_thrC_small_blocks(monkeypatch, workers):
     """Several column blocks, run by 1-3 threads (block size and threads are bounds on memory
     and time, not on the result), with columns whose sort needs more than the first block's m."""
     monkeypatch.setattr(pc_thrc, "_THRC_BLOCK_BYTES", 4 * 150 * 7)  # 7 columns per block
-    monkeypatch.setattr(pc_thrc, "_thrc_workers", lambda: workers)
+    monkeypatch.setattr(pc_thrc, "worker_threads", lambda: workers)
     C, _ = trained_like(4)
     C[:, 60:] = np.abs(C[:, 60:]) ** 0.01  # near-flat columns: t far past the first block's
     for ratio in (0.05, 0.6):
@@ -97,7 +97,7 @@ def test_thrC_uses_the_blas_thread_count():
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        assert pc_thrc._thrc_workers() == 1
+        assert pc_thrc.worker_threads() == 1
 
 
 # --- post_proC pieces ------------------------------------------------------------------------
@@ -157,6 +157,46 @@ def test_affinity_buffer_is_zeroed_and_gives_the_same_bits(monkeypatch, populate
     assert not buffer.any()
     L = pc_fast._affinity_inplace(U, 3.5)
     assert L.flags.c_contiguous and np.array_equal(L, expected)
+
+
+def _affinity_and_laplacian_plainly(U, power):
+    """The affinity, M = D^-½·A·D^-½ and the shifted Laplacian as whole-array NumPy steps, as
+    the fast route computed them before its passes ran by rows in threads."""
+    Z = scipy.linalg.blas.dsyrk(1.0, U, trans=0, lower=0)  # the upper triangle of U·Uᵀ
+    L = np.maximum(np.triu(Z) + np.triu(Z, 1).T, 0.0)
+    if power in (2, 4, 8, 16):
+        for _ in range(int(power).bit_length() - 1):
+            L = L * L
+    else:
+        L = np.power(L, power)
+    L = L / L.max()
+    M = L.copy()
+    np.fill_diagonal(M, 0)
+    w = M.sum(axis=0)
+    w = np.where(w == 0, 1, np.sqrt(w))
+    M = M / w[:, np.newaxis] / w
+    S = -M
+    np.fill_diagonal(S, 1)
+    S.flat[:: len(S) + 1] -= pc_fast._SIGMA
+    return L, M, w, S.T  # the shift returns its buffer's Fortran view (M: symmetric to rounding)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("power", [16.0, 3.5, 1.0])
+def test_affinity_passes_give_the_same_bits_by_rows_in_threads(monkeypatch, threads, power):
+    """The affinity's and the Laplacian's elementwise passes, split into row ranges run in
+    threads and into sub-blocks of a few rows, give the bits of whole-array NumPy steps."""
+    monkeypatch.setattr(pc_fast, "_THREADED_MIN_ENTRIES", 0)
+    monkeypatch.setattr(pc_fast, "_CACHE_BLOCK_BYTES", 8 * 301 * 7)  # 7 rows per sub-block
+    monkeypatch.setattr(pc_fast, "worker_threads", lambda: threads)
+    U = normalize(np.random.default_rng(4).standard_normal((301, 12)))
+    L_want, M_want, w_want, S_want = _affinity_and_laplacian_plainly(U, power)
+    L = pc_fast._affinity_inplace(U, power)
+    assert L.flags.c_contiguous and np.array_equal(L, L_want) and L.max() == 1.0
+    w = pc_fast._normalised_adjacency_inplace(L)
+    assert np.array_equal(w, w_want) and np.array_equal(L, M_want)
+    S = pc_fast._shift_inplace(L)
+    assert S.flags.f_contiguous and np.array_equal(S, S_want)
 
 
 def test_no_memory_for_the_affinity_is_one_clear_error(monkeypatch):

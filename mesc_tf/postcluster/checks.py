@@ -100,11 +100,12 @@ def check_variant(variant):
                         f"choose one of {', '.join(VARIANTS)}")
 
 
-def affinity_top(L, power) -> float:
-    """The largest entry of the affinity before its normalisation; a MescError where it is
-    zero (no structure) or not finite (an entry of U·Uᵀ at 1 + rounding, raised to a power
-    past ~1e18, overflows, and the normalisation would leave NaNs)."""
-    top = float(L.max())
+def affinity_top(L, power, top=None) -> float:
+    """The largest entry of the affinity before its normalisation (``top``, where the caller
+    has it); a MescError where it is zero (no structure) or not finite (an entry of U·Uᵀ at
+    1 + rounding, raised to a power past ~1e18, overflows, and the normalisation would leave
+    NaNs)."""
+    top = float(L.max() if top is None else top)
     if not np.isfinite(top):
         raise MescError(f"post_proC: the affinity overflowed at power {_shown(power)} (entries "
                         "of U·Uᵀ near 1, raised to it, pass the float64 range); use a smaller "

@@ -66,7 +66,7 @@ def thrC_blocks(C, ratio: float):
     dropped one; such columns (rare with trained float C; every column of a constant C) take
     the reference's argsort.
 
-    The first block sets m for the others, which run ``_thrc_workers()`` at a time in threads
+    The first block sets m for the others, which run ``worker_threads()`` at a time in threads
     (numpy's partition and sort release the GIL; MNIST's thrC takes ~0.6x the time on 2 cores).
     m only decides how much is sorted, not the result.
     """
@@ -75,7 +75,7 @@ def thrC_blocks(C, ratio: float):
     *first, m = _thrC_block(C, ratio, 0, width, min(n, 64))
     yield tuple(first)
     rest = range(width, n, width)
-    workers = min(_thrc_workers(), len(rest)) if len(rest) > 1 else 1  # threadpoolctl: ~2 ms
+    workers = min(worker_threads(), len(rest)) if len(rest) > 1 else 1  # threadpoolctl: ~2 ms
     if workers <= 1:
         for j0 in rest:
             yield _thrC_block(C, ratio, j0, min(n, j0 + width), m)[:4]
@@ -90,8 +90,9 @@ def thrC_blocks(C, ratio: float):
             yield pending.popleft().result()[:4]
 
 
-def _thrc_workers() -> int:
-    """Threads for thrC's column blocks: as many as BLAS may use (1 in a --jobs worker)."""
+def worker_threads() -> int:
+    """Threads for post-clustering's parallel passes (thrC's column blocks, the affinity's
+    rows): as many as BLAS may use (1 in a --jobs worker)."""
     counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
     return max(1, min(counts)) if counts else 1
 
