@@ -40,7 +40,9 @@ is "fast"):
     U·diag(σ)·Uᵀ), so it agrees with svds' to rounding (~1e-13) if σ_r and σ_{r+1} are
     apart; the gap is checked (``SVD_GAP_MIN``) and svds itself is used when it is not.
   - The affinity is formed in place (syrk, clip, power, scale; exactly symmetric), in memory
-    mapped with its pages in place (``_zeroed_buffer``).
+    mapped with its pages in place (``_zeroed_buffer``); its elementwise passes, and the
+    Laplacian's, run by row ranges in threads (``_by_rows``), each entry's operations as one
+    whole-array pass would do them.
   - The spectral step is sklearn's own algorithm without its copies: the normalised Laplacian
     built in place exactly as ``scipy.sparse.csgraph.laplacian``, sklearn's unit diagonal,
     its seeded ARPACK start vector, the same shift-invert ARPACK call, the division by the
