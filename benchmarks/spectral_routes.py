@@ -35,13 +35,19 @@ from mesc_tf.files import atomic_write_text  # noqa: E402
 CLEANUP = []
 
 
-def parse_args(argv=None):
-    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_coef_arguments(p):
+    """--coef, --clusters, --thr and --variant: the saved C and how to threshold it (this
+    script's and svd_solvers.py's)."""
     p.add_argument("--coef", required=True, help="n×n C saved as .npy (run.py --save-coef)")
     p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
     p.add_argument("--thr", type=float, required=True, help="thrC ratio ρ")
-    p.add_argument("--settings", default="24:8,32:16", help="d:power pairs (default 24:8,32:16)")
     p.add_argument("--variant", default="mesc", choices=("mesc", "dsc", "dsc_diag"))
+
+
+def parse_args(argv=None):
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_coef_arguments(p)
+    p.add_argument("--settings", default="24:8,32:16", help="d:power pairs (default 24:8,32:16)")
     p.add_argument("--seed", type=cli.seed_arg, default=0, help="seed of the spectral step")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")

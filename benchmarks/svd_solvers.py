@@ -33,7 +33,8 @@ from mesc_tf.postcluster import checks as pc_checks  # noqa: E402
 from mesc_tf.postcluster import fast as pc_fast  # noqa: E402
 from mesc_tf.postcluster import thrc as pc_thrc  # noqa: E402
 from mesc_tf.postcluster.reference import rank  # noqa: E402
-from spectral_routes import check_coef_path, load_coef  # noqa: E402  (benchmarks/)
+# benchmarks/spectral_routes.py: the saved C's arguments, checks and loading
+from spectral_routes import add_coef_arguments, check_coef_path, load_coef  # noqa: E402
 
 # Folders made for --json, removed if the run then fails (cli.main_guard).
 CLEANUP = []
@@ -41,11 +42,8 @@ CLEANUP = []
 
 def parse_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--coef", required=True, help="n×n C saved as .npy (run.py --save-coef)")
-    p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
-    p.add_argument("--thr", type=float, required=True, help="thrC ratio ρ")
+    add_coef_arguments(p)
     p.add_argument("--subspace-dim", type=int, required=True, help="d: the SVD's rank is d·K + 1")
-    p.add_argument("--variant", default="mesc", choices=("mesc", "dsc", "dsc_diag"))
     p.add_argument("--svds", action="store_true",
                    help="also the reference's svds (ARPACK on CᵀC, its own basis size, v0 of "
                         "ones; on the sparse C) and each solver's sine to its subspace")

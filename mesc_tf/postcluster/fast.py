@@ -359,9 +359,9 @@ def _power_rounding(Z, power: float) -> float:
 
 
 def _mirror_upper(Z, block=512):
-    """Copy the upper triangle of the square Z onto its lower triangle, in place, a band of
-    ``block`` rows of the upper triangle per task (``_by_rows``): each reads only the upper
-    triangle and writes only its own band's transpose."""
+    """Copy the upper triangle of the square Z onto its lower triangle, in place, by
+    ``block``-square tiles. Each task of ``_by_rows`` takes a range of rows: it reads their
+    part of the upper triangle and writes its transpose, columns no other task writes."""
     n = Z.shape[0]
 
     def band(r0, r1):
