@@ -90,17 +90,15 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
             else ("--weights PATH", "--tf1-checkpoint PREFIX"))
 
     if tf1_checkpoint:
-        from mesc_tf.weights import default_tf1_dir, tf1_prefix
+        from mesc_tf.weights import tf1_prefix
 
         prefix = Path(tf1_prefix(dataset, tf1_checkpoint)).expanduser().absolute()
         index = Path(f"{prefix}.index")
         data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
         if not index.is_file() or not data:
-            hint = (f"the authors' checkpoints are looked for under {default_tf1_dir()}; set "
-                    "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders"
-                    if tf1_checkpoint == "original" else "give the prefix without .index/.data")
+            # ("original" without its .index was refused by tf1_prefix.)
             raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
-                            f"{prefix.name}.data-*); {hint}")
+                            f"{prefix.name}.data-*); give the prefix without .index/.data")
         return AutoencoderSpec("tf1", str(prefix), sha256_of([index, *data]))
     if weights:
         from mesc_tf.weights import require_h5

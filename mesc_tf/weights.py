@@ -55,10 +55,15 @@ def tf1_prefix(dataset: str, value: str) -> str:
         raise MescError(f"'original' names the authors' checkpoint of a dataset, but the dataset "
                         f"is {dataset!r}; give one of {', '.join(ORIGINAL_CHECKPOINTS)}, or a "
                         "checkpoint prefix")
-    if not default_tf1_dir().is_dir():
-        raise MescError(f"the authors' checkpoints are not in {default_tf1_dir()}; set "
-                        "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders")
-    return str(default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset])
+    prefix = default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset]
+    # Checked here, where "original" is still known: the callers see only the prefix.
+    if not Path(f"{prefix}.index").is_file():
+        where = ("has no " + ORIGINAL_CHECKPOINTS[dataset] + ".index"
+                 if default_tf1_dir().is_dir() else "does not exist")
+        raise MescError(f"the authors' {dataset} checkpoint is not there: {default_tf1_dir()} "
+                        f"{where}; set MESC_TF1_DIR to the folder that holds their dscnet/ and "
+                        "mesc/ folders")
+    return str(prefix)
 
 
 def _strip_checkpoint_suffix(path) -> str:

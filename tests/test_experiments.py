@@ -420,32 +420,38 @@ def test_pretraining_seconds_sums_every_stage():
     assert pretraining_seconds({"seconds": 5.0, "init": {"metadata": {"steps": 3}}}) is None
 
 
-def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_path):
+def test_tf1_checkpoint_original_names_the_authors_checkpoint(monkeypatch, tmp_path,
+                                                              synthetic_tf1_dir):
     from argparse import Namespace
 
+    from experiments import run
     from experiments.common import ae_source, check_sources
     from mesc_tf import sources
     from mesc_tf.errors import MescError
     from mesc_tf.weights import ORIGINAL_CHECKPOINTS
 
-    monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path))
+    monkeypatch.setenv("MESC_TF1_DIR", str(synthetic_tf1_dir))
     args = Namespace(tf1_checkpoint=["eyaleb=original"], weights=[], no_pretrain=False)
     src = ae_source(args, "eyaleb")
-    assert src["tf1_checkpoint"] == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
+    assert src["tf1_checkpoint"] == str(synthetic_tf1_dir / ORIGINAL_CHECKPOINTS["eyaleb"])
     assert "tf1_checkpoint" not in ae_source(args, "orl")  # other datasets keep their default
-    with pytest.raises(MescError, match="not found"):  # nothing under MESC_TF1_DIR here
-        check_sources(args, ["eyaleb"])
-    # table.py and sweep.py (sources.resolve_autoencoder) and run.py resolve it the same way.
-    from experiments import run
-
-    with pytest.raises(MescError, match=f"TF1 checkpoint {tmp_path}/dscnet/EYaleB/model-102030"
-                       f".*looked for under {tmp_path}; set MESC_TF1_DIR"):
-        sources.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
-    args = run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
-    assert args.tf1_checkpoint == str(tmp_path / ORIGINAL_CHECKPOINTS["eyaleb"])
-    monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path / "nope"))  # a folder that is not there
-    with pytest.raises(MescError, match="set MESC_TF1_DIR to the folder"):
-        run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
+    check_sources(args, ["eyaleb"])
+    parsed = run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
+    assert parsed.tf1_checkpoint == str(synthetic_tf1_dir / ORIGINAL_CHECKPOINTS["eyaleb"])
+    # A folder without that checkpoint, or none at all: every command (run.py, and table.py,
+    # sweep.py and the experiments through sources.resolve_autoencoder and ae_source) says
+    # where it looked and to set MESC_TF1_DIR, not "give the prefix", which the user did not.
+    for folder, where in ((tmp_path, f"{tmp_path} has no dscnet/EYaleB/model-102030"),
+                          (tmp_path / "nope", f"{tmp_path / 'nope'} does not exist")):
+        monkeypatch.setenv("MESC_TF1_DIR", str(folder))
+        message = (f"the authors' eyaleb checkpoint is not there: {re.escape(where)}.*; set "
+                   "MESC_TF1_DIR to the folder that holds their dscnet/ and mesc/ folders$")
+        with pytest.raises(MescError, match=message):
+            sources.resolve_autoencoder("eyaleb", tf1_checkpoint="original")
+        with pytest.raises(MescError, match=message):
+            ae_source(args, "eyaleb")
+        with pytest.raises(MescError, match=message):
+            run.parse_args(["--dataset", "eyaleb", "--tf1-checkpoint", "original"])
 
 
 def test_spread_is_the_sample_std_and_always_shown_for_several_seeds():
