@@ -267,6 +267,14 @@ class Pretrain:
             need = pretrain_problem(name, getattr(self, name))
             if need:
                 raise MescError(f"{_flag(name)} must be {need}, got {getattr(self, name)!r}")
+        # Checked here, not only when the rescaling runs: that is after the whole training.
+        # (How many values a tuple needs depends on the architecture: pipeline.pretrain.)
+        scale = self.activation_scale
+        values = scale if isinstance(scale, tuple) else (scale,)
+        if scale is not None and not (values and all(_real(v) and 0 < v < math.inf
+                                                     for v in values)):
+            raise MescError(f"{_flag('activation_scale')} must be None, a finite number > 0 or "
+                            f"a tuple of them (one per hidden layer), got {scale!r}")
 
     def replace(self, **changes) -> "Pretrain":
         """A copy with some fields changed (``None`` values are ignored)."""

@@ -50,6 +50,15 @@ def _pair(y_true, y_pred):
     return y_true, y_pred
 
 
+def labels_for(y, n: int) -> np.ndarray:
+    """``y`` as :func:`evaluate` takes it, checked to hold one label per sample of ``n``."""
+    y = _labels(y, "y")
+    if y.size != n:
+        raise MescError(f"y has {y.size} labels for {n} samples; pass one label per sample "
+                        "(or None)")
+    return y
+
+
 def best_map(y_true, y_pred) -> np.ndarray:
     """Relabel each predicted cluster with its Hungarian-matched ground-truth label.
 

@@ -12,10 +12,11 @@ import time
 import numpy as np
 
 from mesc_tf import memory, postcluster
-from mesc_tf.config import Architecture, Settings, check_post_method
+from mesc_tf.config import Architecture, Settings, check_post_method, check_seed
 from mesc_tf.data import validate_images
 from mesc_tf.errors import MescError
-from mesc_tf.metrics import evaluate
+from mesc_tf.metrics import evaluate, labels_for
+from mesc_tf.postcluster.checks import check_clusters
 
 
 class Diverged(MescError):
@@ -41,6 +42,14 @@ def pretrain(x, arch: Architecture, schedule, *, init=None, verbose=1, log_dir=N
                                   rescale_activations)
     from mesc_tf.training import StartingPoint, StopAtTarget, fit_steps
 
+    # Both would otherwise fail only after the training.
+    if init is not None and getattr(init, "arch", None) != arch:
+        raise MescError(f"pretrain's init is an auto-encoder of another architecture "
+                        f"({getattr(init, 'arch', type(init).__name__)}) than arch ({arch})")
+    n_hidden = 2 * len(arch.kernels) - 1
+    if isinstance(schedule.activation_scale, tuple) and len(schedule.activation_scale) != n_hidden:
+        raise MescError(f"the activation scale needs one value or {n_hidden} (one per hidden "
+                        f"layer), got {len(schedule.activation_scale)}")
     # NaN pixels would make every weight NaN, reported only at the end as a divergence. The
     # negative-pixel warning is the callers' (the estimator and the loaders give it already).
     x = validate_images(x, image_shape=arch.image_shape, where="pretraining images",
@@ -163,7 +172,13 @@ def run(x, y, n_clusters, settings: Settings, autoencoder, *, seed=0, verbose=1,
     whether the spectral step was ill-posed.
     ``seed`` seeds the spectral clustering only: for repeatable fine-tuning (and no TF32 on a
     GPU) call :func:`mesc_tf.training.configure_runtime` first, as the scripts do."""
-    check_post_method(post_method)  # before the fine-tuning, not after
+    # Checked before the fine-tuning, not after it (post-clustering and scoring use them).
+    check_post_method(post_method)
+    if seed is not None:
+        check_seed(seed)
+    check_clusters(n_clusters, len(x), "run")
+    if y is not None:
+        labels_for(y, len(x))
     model, history, train_s = fine_tune(x, settings, autoencoder, verbose=verbose, **fit_kwargs)
     coef = model.coef.numpy()
     steps = int(model.optimizer.iterations.numpy())

@@ -6,6 +6,7 @@
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -92,6 +93,27 @@ def test_postcluster_info_is_json_and_names_empty_clusters():
         post, 3)
     with pytest.raises(MescError, match="unknown post-clustering method 'exact'"):
         pipeline.run(x, y, 1, SYNTH, ae, post_method="exact")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"seed": -1}, "seed must be a whole number from 0 to 4294967295, got -1"),
+    ({"n_clusters": 500}, "run: n_clusters must be a whole number between 1 and n="),
+    ({"y": slice(3)}, "y has 3 labels for"),
+])
+def test_run_checks_its_arguments_before_the_fine_tuning(monkeypatch, change, message):
+    """A bad seed, number of clusters or label vector failed only once the fine-tuning (and,
+    for y, the post-clustering) had run."""
+    x, y = union_of_subspaces(0)
+    ae, _ = sources.get_autoencoder(TINY, no_pretrain=True)
+
+    def no_fine_tuning(*args, **kwargs):
+        raise AssertionError("fine-tuned before the arguments were checked")
+
+    monkeypatch.setattr(pipeline, "fine_tune", no_fine_tuning)
+    args = {"seed": 0, "n_clusters": 4, "y": slice(None), **change}
+    with pytest.raises(MescError, match=re.escape(message)):
+        pipeline.run(x, y[args["y"]], args["n_clusters"], SYNTH, ae, seed=args["seed"],
+                     verbose=0)
 
 
 def test_get_autoencoder_needs_a_source():

@@ -116,6 +116,29 @@ def test_diverged_pretraining_is_refused_not_returned(x):
         pipeline.pretrain(x * np.float32(1e30), ARCH, Pretrain(lr=1e-2, max_steps=2), verbose=0)
 
 
+@pytest.mark.parametrize("scale", [-1.0, 0, "abc", (), (1.0, float("inf")), True])
+def test_a_bad_activation_scale_is_refused_when_the_schedule_is_made(scale):
+    """It used to be read only by the rescaling, after the whole pretraining: -1 then gave a
+    MescError, "abc" a bare ValueError."""
+    with pytest.raises(MescError, match=re.escape(
+            "activation_scale (--activation-scale) must be None, a finite number > 0 or a "
+            f"tuple of them (one per hidden layer), got {scale!r}")):
+        Pretrain(activation_scale=scale)
+    assert Pretrain(activation_scale=(1, 2.5)).activation_scale == (1, 2.5)
+
+
+def test_pretraining_checks_its_arguments_against_the_architecture_before_training(x):
+    """An init of another architecture, or one activation scale too many, failed only after
+    the training (in Keras' set_weights, or in the rescaling)."""
+    other = ConvAutoEncoder(Architecture((16, 16), (3,), (4,))).build_for_input()
+    with pytest.raises(MescError, match=r"pretrain's init is an auto-encoder of another "
+                                        r"architecture \(Architecture\(.*channels=\(4,\)\)\)"):
+        pipeline.pretrain(x, ARCH, Pretrain(max_steps=1), init=other, verbose=0)
+    with pytest.raises(MescError, match=r"the activation scale needs one value or 3 \(one per "
+                                        r"hidden layer\), got 2"):
+        pipeline.pretrain(x, ARCH, Pretrain(max_steps=1, activation_scale=(1.0, 2.0)), verbose=0)
+
+
 def test_a_continued_run_that_diverges_is_refused_whatever_its_error(x):
     """--init at an absurd rate: every step's error is inf or NaN. Both are a divergence, one
     line naming the rate; an inf used to count as 'worse than the start' and return the start
