@@ -47,9 +47,22 @@ def json_default(o):
 
 def default_file_mode():
     """The mode open() would give a new file (0666 minus the umask); mkstemp gives 0600."""
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Linux says it in /proc (since 4.7). os.umask can only read it by setting it, which for
+    # that moment gives files that other threads create mode 0666.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
 
 
 def size_text(n_bytes) -> str:
@@ -110,8 +123,8 @@ def atomic_file(path, mode="w"):
     except OSError as e:  # name the folder, not mkstemp's temporary file
         raise write_error(path, OSError(e.errno, e.strerror, str(path.parent))) from None
     try:
-        os.fchmod(fd, default_file_mode())
-        with os.fdopen(fd, mode) as f:
+        with os.fdopen(fd, mode) as f:  # first, so that f closes the descriptor whatever fails
+            os.fchmod(f.fileno(), default_file_mode())
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -1658,6 +1658,32 @@ def test_atomic_file_into_a_missing_folder_names_the_target(tmp_path):
     assert ".r.json." not in message and not target.parent.exists()
 
 
+def test_atomic_file_follows_the_umask_and_closes_its_descriptor_when_chmod_fails(
+        tmp_path, monkeypatch):
+    """The mode comes from the umask without setting it (os.umask(0) gave other threads'
+    new files mode 0666 meanwhile); a failing chmod (EPERM on some network file systems)
+    left mkstemp's descriptor open."""
+    from mesc_tf import files
+
+    old = os.umask(0o027)
+    try:
+        files.atomic_write_text(tmp_path / "a.txt", "x")
+        assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o640
+        assert os.umask(0o027) == 0o027  # still the process's umask
+    finally:
+        os.umask(old)
+
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")  # EPERM
+
+    monkeypatch.setattr(files.os, "fchmod", refuse)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(MescError, match=f"cannot write {tmp_path / 'b.txt'} "):
+        files.atomic_write_text(tmp_path / "b.txt", "x")
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
 def test_locked_is_exclusive(tmp_path):
     """files.locked holds an exclusive lock: not even a shared one can be taken meanwhile."""
     import fcntl
