@@ -112,9 +112,11 @@ class MESCClustering(ClusterMixin, BaseEstimator):
     coef_ : ndarray of shape (n, n), float32
         The learned self-expression matrix C after the last step (row i: coefficients of
         image i), before thrC / post_proC (not the affinity, which post_proC builds from it).
-    encoder_ : mesc_tf.model.ConvAutoEncoder
-        The fine-tuned Keras auto-encoder: ``encoder_.encode(x)`` gives latent maps,
-        ``encoder_(x)`` reconstructions; :meth:`encode` gives flattened codes as NumPy.
+    autoencoder_ : mesc_tf.model.ConvAutoEncoder
+        The fine-tuned Keras auto-encoder, encoder and decoder: ``autoencoder_.encode(x)``
+        gives latent maps, ``autoencoder_(x)`` reconstructions; :meth:`encode` gives flattened
+        codes as NumPy; ``mesc_tf.save_autoencoder(est.autoencoder_, path)`` saves it.
+        (``encoder_``, its first name, still reads it.)
     architecture_ : mesc_tf.config.Architecture
     settings_ : mesc_tf.config.Settings
         The fine-tuning and clustering settings that were used.
@@ -359,7 +361,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
         self.labels_ = np.asarray(result["labels"], dtype=np.int64)
         self.coef_ = np.asarray(result["coef"], dtype=np.float32)
-        self.encoder_ = ae  # fine-tuned in place: the MESCNet model wraps this object
+        self.autoencoder_ = ae  # fine-tuned in place: the MESCNet model wraps this object
         self.architecture_ = arch
         self.settings_ = settings
         self.image_shape_ = tuple(int(s) for s in x.shape[1:3])
@@ -378,14 +380,20 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         """Latent codes of the fine-tuned encoder, flattened: float32 (n, h'·w'·channels)."""
         from mesc_tf.measures import latent_codes
 
-        check_is_fitted(self, "encoder_")
+        check_is_fitted(self, "autoencoder_")
         if not is_whole(batch_size) or batch_size < 1:
             raise MescError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         eh, ew = self.image_shape_
         x = self._validate_images(X, image_shape=self.image_shape_, training=False,
                                   size_hint=lambda h, w: f"this estimator was fitted on {eh}x{ew} "
                                   "images; encode images of the size fit saw")
-        return latent_codes(self.encoder_, x, batch_size)
+        return latent_codes(self.autoencoder_, x, batch_size)
+
+    @property
+    def encoder_(self):
+        """The attribute's first name: it holds the whole auto-encoder (``autoencoder_``)."""
+        check_is_fitted(self, "autoencoder_")
+        return self.autoencoder_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -398,22 +406,25 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
     def __getstate__(self):
         state = dict(super().__getstate__())
-        ae = state.get("encoder_")
+        ae = state.get("autoencoder_")
         if ae is not None and not isinstance(ae, dict):
-            state["encoder_"] = {
+            state["autoencoder_"] = {
                 _PICKLED_AE: 1, "architecture": ae.arch.to_dict(),
                 "weights": {layer.name: (layer.kernel.numpy(), layer.bias.numpy())
                             for layer in ae.named_layers}}
         return state
 
     def __setstate__(self, state):
-        ae = state.get("encoder_")
+        state = dict(state)
+        if "encoder_" in state:  # pickled when the attribute had that name
+            state["autoencoder_"] = state.pop("encoder_")
+        ae = state.get("autoencoder_")
         if isinstance(ae, dict) and ae.get(_PICKLED_AE):
             from mesc_tf.weights import autoencoder_with
 
-            model = autoencoder_with(Architecture.from_dict(ae["architecture"]), ae["weights"],
-                                     "pickled MESCClustering")
-            state = {**state, "encoder_": model}
+            state["autoencoder_"] = autoencoder_with(
+                Architecture.from_dict(ae["architecture"]), ae["weights"],
+                "pickled MESCClustering")
         super().__setstate__(state)
 
 

@@ -395,9 +395,16 @@ def test_pickle_and_deepcopy_keep_the_fit(fitted, images):
     for twin in (pickle.loads(pickle.dumps(fitted)), copy.deepcopy(fitted)):
         np.testing.assert_array_equal(twin.labels_, fitted.labels_)
         np.testing.assert_array_equal(twin.coef_, fitted.coef_)
-        assert twin.encoder_ is not fitted.encoder_
+        assert twin.autoencoder_ is not fitted.autoencoder_
         np.testing.assert_array_equal(twin.encode(x), fitted.encode(x))
         assert twin.get_params() == fitted.get_params()
+    assert fitted.encoder_ is fitted.autoencoder_  # its former name still reads it
+    # A pickle made when the attribute was called encoder_ loads as autoencoder_.
+    state = fitted.__getstate__()
+    state["encoder_"] = state.pop("autoencoder_")
+    old = MESCClustering.__new__(MESCClustering)
+    old.__setstate__(state)
+    np.testing.assert_array_equal(old.encode(x), fitted.encode(x))
 
 
 # --- the same results as the command-line code path -----------------------------------------
