@@ -307,6 +307,8 @@ def check_seed(seed, what="seed") -> int:
         value = int(seed) if isinstance(seed, str) else operator.index(seed)
     except (TypeError, ValueError):
         value = None
+    if isinstance(seed, bool):  # operator.index takes True for 1 (NumPy's bool it refuses)
+        value = None
     if value is None or not 0 <= value <= MAX_SEED:
         raise MescError(f"{what} must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
     return value

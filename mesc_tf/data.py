@@ -248,9 +248,12 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
                 f"{where}: {y.size} labels for {n} images; give exactly one label per image"
             )
     if n_clusters is not None:
+        whole = is_whole(n_clusters) or (isinstance(n_clusters, (float, np.floating))
+                                         and float(n_clusters).is_integer())
+        if not whole or n_clusters < 1:  # not a bool, a string or 2.5
+            raise MescError(f"{where}: n_clusters must be a whole number >= 1, got "
+                            f"{n_clusters!r}")
         k = int(n_clusters)
-        if k != n_clusters or k < 1:
-            raise MescError(f"{where}: n_clusters must be a whole number >= 1, got {n_clusters}")
         if n < k:
             raise MescError(
                 f"{where}: {n} images for {k} clusters; need at least one image per cluster "

@@ -3,6 +3,7 @@
 import gzip
 import hashlib
 import os
+import re
 import warnings
 
 import h5py
@@ -493,6 +494,11 @@ def test_validate_images_edges():
     expect_error(r"images have shape \(6, 0, 16\)", validate_images, np.zeros((6, 0, 16)))
     expect_error("n_clusters must be a whole number >= 1", validate_images, x, n_clusters=0)
     expect_error("n_clusters must be a whole number >= 1", validate_images, x, n_clusters=2.5)
+    # True passed for 1 cluster, and a string failed in int() with a bare ValueError.
+    for k in (True, "abc"):
+        expect_error(re.escape(f"n_clusters must be a whole number >= 1, got {k!r}"),
+                     validate_images, x, n_clusters=k)
+    assert validate_images(x, n_clusters=np.float64(2.0)).shape == (3, 4, 5, 1)
     assert validate_images(np.zeros((2, 4, 5)), training=False).shape == (2, 4, 5, 1)
     with pytest.warns(UserWarning, match=r"50% of the pixels are negative"):
         validate_images(np.stack([-x[0], x[0]]))

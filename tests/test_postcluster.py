@@ -170,6 +170,12 @@ def test_bad_inputs():
         cluster(np.ones((1, 1)), 1, 0.2, 1, 1.0)
     with pytest.raises(MescError, match="subspace_dim must be a whole number >= 1, got 0"):
         cluster(np.eye(5), 2, 0.2, 0, 1.0)
+    # A bool is not a number here (True passed for 1, as Settings already refused it).
+    with pytest.raises(MescError, match="subspace_dim must be a whole number >= 1, got True"):
+        cluster(np.eye(5), 2, 0.2, True, 1.0)
+    with pytest.raises(MescError, match="n_clusters must be a whole number between 1 and n=5, "
+                                        "got True"):
+        post_proC(np.eye(5), True, 1, 1.0)
     # The seed and info are checked before thrC and the SVD run, not inside NumPy or sklearn.
     for method in ("fast", "reference"):
         for seed in (-1, 2**40, 2.5, "a"):

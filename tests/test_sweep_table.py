@@ -112,6 +112,9 @@ def test_settings_bounds():
         with pytest.raises(MescError, match=f"{next(iter(bad))} .* must be"):
             Settings(**bad)
     assert check_seed(2**32 - 1) == 2**32 - 1
+    with pytest.raises(MescError, match="seed must be a whole number from 0 to 4294967295, got "
+                                        "True"):
+        check_seed(True)  # operator.index took it for 1
     with pytest.raises(MescError, match="image_shape"):
         Architecture((0, 32), (3,), (5,))
     assert paper_lambdas(1.0, 0.1) == pytest.approx((0.25, 0.025))

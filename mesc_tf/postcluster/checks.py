@@ -64,9 +64,10 @@ def warn_if_unlinked(C, thr):
                   "that C is a self-expression matrix", MescWarning, stacklevel=3)
 
 
-def _real(value) -> float | None:
-    """value as a float where it is a real number (not a string); None otherwise."""
-    if isinstance(value, (str, bytes)):
+def _as_float(value) -> float | None:
+    """value as a float where it is a real number (not a string, nor a bool: True would pass
+    for 1); None otherwise."""
+    if isinstance(value, (str, bytes, bool, np.bool_)):
         return None
     try:
         return float(value)
@@ -80,7 +81,7 @@ def _shown(value) -> str:
 
 
 def check_clusters(n_clusters, n: int, where: str) -> int:
-    k = _real(n_clusters)
+    k = _as_float(n_clusters)
     if k is None or not k.is_integer() or not 1 <= k <= n:
         raise MescError(f"{where}: n_clusters must be a whole number between 1 and n={n}, "
                         f"got {_shown(n_clusters)}; check the dataset's number of classes")
@@ -88,7 +89,7 @@ def check_clusters(n_clusters, n: int, where: str) -> int:
 
 
 def check_ratio(ratio):
-    r = _real(ratio)
+    r = _as_float(ratio)
     if r is None or not np.isfinite(r) or r < 0:
         raise MescError(f"thrC: ratio must be a finite number >= 0, got {_shown(ratio)}; "
                         "use e.g. 0.03-0.2 (1 or more keeps C unchanged)")
@@ -118,11 +119,11 @@ def affinity_top(L, power, top=None) -> float:
 
 def check_affinity_args(n_clusters, subspace_dim, power, n):
     K = check_clusters(n_clusters, n, "post_proC")
-    d = _real(subspace_dim)
+    d = _as_float(subspace_dim)
     if d is None or not d.is_integer() or d < 1:
         raise MescError("post_proC: subspace_dim must be a whole number >= 1, "
                         f"got {_shown(subspace_dim)}")
-    p = _real(power)
+    p = _as_float(power)
     if p is None or not np.isfinite(p) or p <= 0:
         raise MescError(f"post_proC: power must be a finite number > 0, got {_shown(power)}")
     return K
