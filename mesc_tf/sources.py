@@ -29,9 +29,12 @@ def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --n
     or which ``options`` to pass instead."""
     path = pretrained_path(dataset)
     if not path.is_file():
+        # The default folder is the checkout's; a non-editable install has none beside it.
+        where = ("" if os.environ.get("MESC_PRETRAINED_DIR") else
+                 ", or set MESC_PRETRAINED_DIR to a folder of them (a checkout's pretrained/)")
         raise MescError(f"no pretrained auto-encoder at {path}; make it with "
                         f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
-                        f"or pass {options}")
+                        f"or pass {options}{where}")
     return path
 
 

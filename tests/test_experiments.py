@@ -1748,3 +1748,19 @@ def test_compare_autoencoders_row_whose_seeds_all_failed_shows_a_dash():
             "methods": {"our": {"ours": cell([]), "original": cell([0.5, 0.6])}}}})
     row = next(line for line in md.splitlines() if line.startswith("| orl"))
     assert "nan" not in row and row.count("| – |") == 2 and row.endswith("| no |")
+
+
+def test_a_missing_default_autoencoder_names_mesc_pretrained_dir(monkeypatch, tmp_path):
+    """The default folder is the checkout's pretrained/, which a non-editable install lacks:
+    the error says how to point at one, unless MESC_PRETRAINED_DIR already does."""
+    from mesc_tf import sources
+    from mesc_tf.errors import MescError
+
+    monkeypatch.delenv("MESC_PRETRAINED_DIR", raising=False)
+    monkeypatch.setattr(sources, "pretrained_path", lambda name: tmp_path / f"{name}.h5")
+    with pytest.raises(MescError, match=r"pass --weights, --tf1-checkpoint or --no-pretrain, or "
+                       r"set MESC_PRETRAINED_DIR to a folder of them \(a checkout's pretrained/\)$"):
+        sources.require_pretrained("orl")
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
+    with pytest.raises(MescError, match=r"or pass --weights, --tf1-checkpoint or --no-pretrain$"):
+        sources.require_pretrained("orl")
