@@ -103,7 +103,6 @@ def _resumed_run(args, ckpt, schedule, ds):
     contradicts the checkpoint (it restores the weights, and the learning rate they had reached)
     is refused, and so are other data files.
     """
-    from mesc_tf.data import ENV_VAR, data_change
     from mesc_tf.errors import MescError
     from mesc_tf.files import read_backup_state
 
@@ -131,17 +130,10 @@ def _resumed_run(args, ckpt, schedule, ds):
         raise MescError(f"the checkpoint {ckpt} pretrains {recorded['dataset']}, not "
                         f"{args.dataset}; resume it with --dataset {recorded['dataset']}, or "
                         "pass --force without --resume to start over")
-    # None: a run.json from before the data files were recorded.
-    changed = recorded["data_files"] and data_change(recorded["data_files"], ds.file_hashes)
-    if changed:
-        raise MescError(f"the data changed since the checkpoint {ckpt} was made ({changed}); "
-                        f"point --data-dir or {ENV_VAR} at the data it started from to resume, "
-                        "or pass --force without --resume to start over")
     before = read_backup_state(ckpt)  # the steps kept and their seconds
     step = before["epoch"]
-    if step > schedule.max_steps:
-        raise MescError(f"the checkpoint {ckpt} is at step {step}, past --max-steps "
-                        f"{schedule.max_steps}; resume with --max-steps {step} or more")
+    cli.check_resumable(ckpt, recorded["data_files"], ds.file_hashes, step, schedule.max_steps,
+                        "--max-steps")
     if args.checkpoint_every is None:  # keep saving as the interrupted run did
         args.checkpoint_every = recorded["checkpoint_every"] or CHECKPOINT_EVERY
     for name in ("batch_size", "seed", "lr", "initializer", "init"):

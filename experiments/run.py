@@ -202,8 +202,6 @@ def _check_checkpoint(args, out, settings, data_files):
     """
     import json
 
-    from mesc_tf.data import ENV_VAR, data_change
-
     ckpt = out / "checkpoint"
     state = ckpt / "state.json"
     if not args.resume:  # with --force, main deletes it once every input is checked
@@ -239,14 +237,8 @@ def _check_checkpoint(args, out, settings, data_files):
                             "resume with the same options, or drop --resume and pass --force "
                             "to start over")
     # C's rows are the samples the run started from (older checkpoints do not record them).
-    changed = data_change(saved.get("data_files", data_files), data_files)
-    if changed:
-        raise MescError(f"the data changed since the checkpoint in {ckpt} was made ({changed}); "
-                        f"point --data-dir or {ENV_VAR} at the data it started from to resume, "
-                        "or drop --resume and pass --force to start over")
-    if epoch > settings.epochs:
-        raise MescError(f"the checkpoint in {ckpt} is at step {epoch}, past --epochs "
-                        f"{settings.epochs}; resume with --epochs {epoch} or more")
+    cli.check_resumable(ckpt, saved.get("data_files"), data_files, epoch, settings.epochs,
+                        "--epochs")
     return saved
 
 

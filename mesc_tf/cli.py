@@ -251,6 +251,22 @@ def training_interrupted(checkpoint_dir) -> str:
             "without --resume")
 
 
+def check_resumable(ckpt, recorded_files, data_files, step, limit, limit_flag):
+    """What every --resume checks against its checkpoint in ``ckpt``: the data files it started
+    from (``recorded_files``; None where its record predates them) and its ``step`` against
+    this command's ``limit`` of steps (``limit_flag``, e.g. "--epochs")."""
+    from mesc_tf.data import ENV_VAR, data_change
+
+    changed = recorded_files and data_change(recorded_files, data_files)
+    if changed:
+        raise MescError(f"the data changed since the checkpoint in {ckpt} was made ({changed}); "
+                        f"point --data-dir or {ENV_VAR} at the data it started from to resume, "
+                        "or drop --resume and pass --force to start over")
+    if step > limit:
+        raise MescError(f"the checkpoint in {ckpt} is at step {step}, past {limit_flag} {limit}; "
+                        f"resume with {limit_flag} {step} or more")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a batch system's time limit), handled as Ctrl-C."""
 

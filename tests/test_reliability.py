@@ -1550,7 +1550,8 @@ def test_pretrain_resume_refuses_data_that_changed(files, tmp_path, capsys):
     code, _, err = invoke(PRETRAIN, [*argv, "--resume", "--max-steps", "2", "--force"], capsys)
     assert code == 2
     assert_one_error_line(err, "the data changed since the checkpoint", "ORL_32x32.mat: sha256 "
-                          f"{hashes['ORL_32x32.mat'][:12]}… then", "--force without --resume")
+                          f"{hashes['ORL_32x32.mat'][:12]}… then",
+                          "drop --resume and pass --force to start over")
     assert (ckpt / "state.json").exists()
 
 
