@@ -410,8 +410,8 @@ def check_sources(args, datasets):
     from mesc_tf.config import get_config
 
     for name in datasets:
-        src = ae_source(args, name)
         try:
+            src = ae_source(args, name)  # "original": the authors' checkpoint must be there
             sources.resolve_autoencoder(name, weights=src.get("weights"),
                                         tf1_checkpoint=src.get("tf1_checkpoint"),
                                         no_pretrain=src.get("no_pretrain", False),

@@ -1376,7 +1376,11 @@ def test_check_sources_names_the_dataset_and_labels_show_short_paths(monkeypatch
 
     monkeypatch.setenv("MESC_TF1_DIR", str(tmp_path))
     args = Namespace(tf1_checkpoint=["coil20=original"], weights=[], no_pretrain=False)
-    with pytest.raises(MescError, match="^coil20: .*not found"):
+    with pytest.raises(MescError, match="^coil20: the authors' coil20 checkpoint is not there"):
+        check_sources(args, ["coil20"])
+    args = Namespace(tf1_checkpoint=[f"coil20={tmp_path / 'nope.ckpt'}"], weights=[],
+                     no_pretrain=False)
+    with pytest.raises(MescError, match="^coil20: .*nope.ckpt not found"):
         check_sources(args, ["coil20"])
     # A file of another dataset's architecture, before any training (it was found at loading).
     from mesc_tf.config import get_config
