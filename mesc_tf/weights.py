@@ -260,8 +260,15 @@ def load_autoencoder(path, arch: Architecture | None = None):
 
 
 def read_tf1_checkpoint(prefix, image_shape):
-    """(Architecture, {layer: (kernel, bias)}) from an original TF1 checkpoint prefix."""
+    """(Architecture, {layer: (kernel, bias)}) from an original TF1 checkpoint prefix.
+
+    A TF1 checkpoint holds kernels and biases but not the image size: ``image_shape`` gives it,
+    (h, w), or an :class:`Architecture`, which the checkpoint's must then equal."""
     import tensorflow as tf
+
+    expected = image_shape if isinstance(image_shape, Architecture) else None
+    if expected is not None:
+        image_shape = expected.image_shape
 
     prefix = _strip_checkpoint_suffix(prefix)
     try:
@@ -292,26 +299,25 @@ def read_tf1_checkpoint(prefix, image_shape):
     arch = Architecture(image_shape=image_shape,  # checked there: tuple(32) was a TypeError
                         kernels=tuple(int(t[f"enc_w{i}"].shape[0]) for i in range(n_layers)),
                         channels=tuple(int(t[f"enc_w{i}"].shape[3]) for i in range(n_layers)))
+    if expected is not None and arch != expected:
+        raise MescError(f"TF1 checkpoint {prefix} is an auto-encoder with kernels "
+                        f"{arch.kernels} and channels {arch.channels}, but this dataset needs "
+                        f"{expected.kernels} / {expected.channels}; give a checkpoint made for "
+                        "this dataset ('original': the authors')")
     return arch, weights
 
 
 def load_tf1_checkpoint(prefix, arch: Architecture):
     """A ConvAutoEncoder for ``arch`` holding the weights of a TF1 checkpoint."""
-    if not isinstance(arch, Architecture):  # its image_shape below
+    if not isinstance(arch, Architecture):  # the checkpoint must hold this architecture
         raise MescError(f"load_tf1_checkpoint's arch must be a mesc_tf.config.Architecture, got "
-                        f"a {type(arch).__name__}; a dataset's is get_config(name).arch "
-                        "(read_tf1_checkpoint takes an image shape)")
-    ckpt_arch, weights = read_tf1_checkpoint(prefix, arch.image_shape)
-    if ckpt_arch != arch:
-        raise MescError(f"TF1 checkpoint {prefix} is an auto-encoder with kernels "
-                        f"{ckpt_arch.kernels} and channels {ckpt_arch.channels}, but this "
-                        f"dataset needs {arch.kernels} / {arch.channels}; give a checkpoint made "
-                        "for this dataset ('original': the authors')")
-    return autoencoder_with(arch, weights, prefix)
+                        f"a {type(arch).__name__}; a dataset's is get_config(name).arch")
+    return autoencoder_with(*read_tf1_checkpoint(prefix, arch), prefix)
 
 
 def convert_tf1_checkpoint(prefix, image_shape, out_path, metadata=None):
-    """Convert an original TF1 checkpoint to the project's .h5 format."""
+    """Convert an original TF1 checkpoint to the project's .h5 format (``image_shape``: (h, w)
+    or an Architecture, as :func:`read_tf1_checkpoint` takes it)."""
     if metadata is not None and not isinstance(metadata, dict):
         raise MescError(f"convert_tf1_checkpoint's metadata must be a dict or None, got "
                         f"{type(metadata).__name__}")

@@ -247,6 +247,12 @@ def test_tf1_checkpoint_wrong_architecture(synthetic_tf1):
         expect_error(r"arch must be a mesc_tf.config.Architecture, got a "
                      rf"{type(given).__name__}; a dataset's is get_config\(name\).arch",
                      load_tf1_checkpoint, synthetic_tf1["coil20"], given)
+    # read and convert take an Architecture as well as an image shape, and then check it.
+    coil20 = get_config("coil20").arch
+    assert read_tf1_checkpoint(synthetic_tf1["coil20"], coil20)[0] == coil20
+    expect_error("kernels \\(3,\\) and channels \\(15,\\), but this dataset needs \\(3,\\) / "
+                 "\\(20,\\)", read_tf1_checkpoint, synthetic_tf1["coil20"],
+                 get_config("coil40").arch)
 
 
 def forward_errors(ae, x, batch_size=2048):
