@@ -163,7 +163,7 @@ def _memory_limits() -> tuple[int, int | None, int | None]:
 def available_memory() -> int:
     """Bytes of memory available now: the machine's MemAvailable, at most what the process's
     memory cgroup leaves (:func:`cgroup_room`) and ``$MESC_MEMORY_LIMIT_BYTES`` where set."""
-    return min(x for x in _memory_limits() if x is not None)
+    return available_text()[0]
 
 
 def available_text() -> tuple[int, str]:
@@ -178,7 +178,8 @@ def available_text() -> tuple[int, str]:
 
 
 def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
-    """:func:`memory_estimate` against :func:`available_memory`: MescError if it does not fit."""
+    """:func:`memory_estimate` against the available memory (:func:`available_text`): MescError
+    if it does not fit."""
     need = memory_estimate(n_samples, arch, rank)
     have, available = available_text()
     if need > have:
