@@ -195,6 +195,9 @@ def main(argv=None):
             print(f"[{i}/{len(groups)}] {trained}, "
                   f"{len(recs)} trials ({failed} failed), {best}; "
                   f"{time.perf_counter() - start:.0f} s elapsed", flush=True)
+            if res.get("coef_cache") == "not written":  # the trials are kept all the same
+                print(f"warning: its C's are not in the --coef-cache: "
+                      f"{res.get('coef_cache_error')}", file=sys.stderr, flush=True)
     records, _ = sweep.read_records(args.out)
     rows = sweep.summarize(records, _trial_keys(args.dataset, ae, settings, args.seeds))
     print(f"\nbest settings by median ACC over seeds {args.seeds} (ACC/NMI in %; {args.out}):")

@@ -555,6 +555,7 @@ class _Trained:
     train_s: float
     steps_run: int
     cache_use: str | None  # "read", "written", "not written" or None (no cache)
+    cache_error: str | None = None  # why it was not written
 
 
 def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=None, out=None,
@@ -566,7 +567,8 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
     of the group's step counts are there (no training then) and written to it otherwise.
     Returns {"records": [...], "seconds": wall time of the whole group, "train_s", "load_s",
     "steps_run": fine-tuning steps taken (0 when every C came from the cache), "tag": the
-    group's, "coef_cache": "read", "written", "not written" or None}. ``parent_pid``: in a
+    group's, "coef_cache": "read", "written", "not written" or None, "coef_cache_error": why
+    it was not written, or None}. ``parent_pid``: in a
     worker, the sweep's process; once it is gone (killed), nothing more is trained or written.
     """
     _check_parent(parent_pid)
@@ -585,7 +587,8 @@ def run_group(group: Group, *, dataset, data_dir, ae: AutoencoderSpec, method=No
         records.append(rec)
     return {"records": records, "seconds": time.perf_counter() - start,
             "train_s": trained.train_s, "load_s": trained.load_s,
-            "steps_run": trained.steps_run, "tag": group.tag, "coef_cache": trained.cache_use}
+            "steps_run": trained.steps_run, "tag": group.tag, "coef_cache": trained.cache_use,
+            "coef_cache_error": trained.cache_error}
 
 
 def _check_parent(parent_pid):
@@ -628,15 +631,15 @@ def _trained_coefs(group, ds, dataset, ae, threads, verbose, coef_cache, start) 
     # keras.backend.clear_session(): in-process (jobs=1) it would also drop the caller's seed.
     del model, autoencoder
     gc.collect()
-    cache_use = None
+    cache_use = cache_error = None
     if keys:
         cache_use = "written"
         try:
             for s, k in keys.items():
                 cache_store(coef_cache, k, snaps.coefs[s], snaps.seconds[s])
-        except OSError:  # a full disk must not cost the trials their trained C
-            cache_use = "not written"
-    return _Trained(snaps, load_s, train_s, steps_run, cache_use)
+        except (OSError, MescError) as e:  # a full disk must not cost the trials their C
+            cache_use, cache_error = "not written", str(e)  # (files' writers raise MescError)
+    return _Trained(snaps, load_s, train_s, steps_run, cache_use, cache_error)
 
 
 def _scored_trial(trial, group, trained, ds, dataset, ae, method, code) -> dict:

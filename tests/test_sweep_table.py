@@ -7,6 +7,7 @@ problems (toy: 216 images, 4 steps; ORL: 2 steps, one method, 2 seeds).
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -524,6 +525,31 @@ def test_coef_cache_skips_training_and_gives_the_same_trials(shared_data, toy_we
     assert {r["shared_training"]["coef_cache"] for r in again} == {"written"}
     assert scores(again) == scores(fresh)
     assert np.load(victim).shape == (216, 216)
+
+
+def test_a_coef_cache_that_cannot_be_written_keeps_the_trials(shared_data, toy_weights,
+                                                              tmp_path, capsys, monkeypatch):
+    """A C that cannot be stored (a full disk) is said in one warning line; the trials trained
+    from it are recorded all the same. The writer's MescError used to escape the OSError
+    handler, and the group's training was lost."""
+    from mesc_tf import files
+
+    def disk_full(path, array):
+        raise files.write_error(path, OSError(28, "No space left on device"))  # ENOSPC
+
+    monkeypatch.setenv("MESC_DATA_DIR", str(shared_data))
+    monkeypatch.setattr(files, "save_npy", disk_full)
+    cache = tmp_path / "cache"
+    _script("sweep").main(["--dataset", "toy", "--weights", str(toy_weights), "--jobs", "1",
+                           "--seeds", "0", "--grid", "epochs=2 thr=0.1,0.3", "--out",
+                           str(tmp_path / "a.jsonl"), "--coef-cache", str(cache)])
+    err = capsys.readouterr().err
+    assert re.search(rf"^warning: its C's are not in the --coef-cache: cannot write "
+                     rf"{re.escape(str(cache))}/\w+\.npy \(.*No space left on device\); the "
+                     "disk is full", err, re.M)
+    recs = sweep.read_records(tmp_path / "a.jsonl")[0]
+    assert len(recs) == 2 and not any(r["error"] for r in recs)
+    assert {r["shared_training"]["coef_cache"] for r in recs} == {"not written"}
 
 
 def test_coef_cache_is_not_read_for_other_data(shared_data, toy_weights, tmp_path, capsys):
