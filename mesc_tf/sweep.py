@@ -464,14 +464,27 @@ def coef_snapshots(steps):
 # ---------------------------------------------------------------------------------------------
 # The C cache: trained C's kept on disk, so a later sweep of post-clustering settings (or seeds)
 # on the same training skips the fine-tuning. Training is deterministic for a given machine and
-# thread count, so the key holds those too: their rounding moves C's last bits.
+# thread count, so the key holds those too: their rounding moves C's last bits. So do the
+# TensorFlow and Keras versions, and this package's code that loads the data and the
+# auto-encoder and runs the step.
+_TRAINING_MODULES = ("data.py", "weights.py", "model.py", "losses.py", "training.py")
+
+
+def _training_code() -> str:
+    """SHA-256 (16 hex digits) of the modules a trained C depends on (_TRAINING_MODULES)."""
+    digest = hashlib.sha256()
+    for name in _TRAINING_MODULES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
                    init_seed: int = 0, threads: int | None = None, data_files=None) -> str:
     """The cache key (JSON) of C after ``steps`` steps of ``train``'s fine-tuning with
     ``threads`` TF threads (None: TF's own count) on this machine, from the data files
-    ``data_files`` (data.Dataset.file_hashes: a C of other images is another entry)."""
+    ``data_files`` (data.Dataset.file_hashes: a C of other images is another entry), with these
+    TensorFlow and Keras versions and this training code (:func:`_training_code`)."""
+    import keras
     import tensorflow as tf
 
     from mesc_tf.provenance import machine
@@ -481,7 +494,8 @@ def coef_cache_key(dataset: str, ae_ident: str, train: Settings, steps: int,
     return json.dumps({"dataset": dataset, "autoencoder": autoencoder_hash(ae_ident),
                        "data": data_files, "train": fields, "steps": int(steps),
                        "init_seed": int(init_seed),
-                       "tensorflow": tf.__version__, "threads": threads, "machine": here},
+                       "tensorflow": tf.__version__, "keras": keras.__version__,
+                       "code": _training_code(), "threads": threads, "machine": here},
                       sort_keys=True)
 
 

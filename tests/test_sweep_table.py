@@ -886,6 +886,14 @@ def test_coef_cache_key_holds_every_training_field_and_the_step_count():
     # epochs is not in it (the step count is), nor are the post-clustering fields.
     assert sweep.coef_cache_key("toy", "weights:" + "0" * 16, base.replace(epochs=99, thr=0.5),
                                 10) == key
+    # The libraries that run the step, and the package's code that does (the modules a C
+    # depends on, not the post-clustering's).
+    import keras
+
+    fields = json.loads(key)
+    assert fields["keras"] == keras.__version__ and fields["tensorflow"]
+    assert fields["code"] == sweep._training_code()
+    assert {"model.py", "losses.py", "training.py"} <= set(sweep._TRAINING_MODULES)
 
 
 def test_trial_key_tells_seeds_apart_so_resume_runs_the_missing_ones():
