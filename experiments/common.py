@@ -212,9 +212,18 @@ def finish_args(p, args, scopes=None, fixed=()):
     """Apply --smoke, check the shared options and resolve the output folder. ``scopes``: the
     names --set may address (default: the --methods run, or "our" for a script without
     --methods); ``fixed``: the Settings fields the script sets itself, which --set may not."""
+    if scopes is None:
+        scopes = (list(dict.fromkeys(args.methods)) if getattr(args, "methods", None) is not None
+                  else ["our"])
+    args.overrides = _parse_sets(p, args.set, list(scopes), fixed)
+    sets_epochs = [f"{s}.epochs" if s else "epochs" for s, f, _ in args.overrides
+                   if f == "epochs"]
+    if sets_epochs and args.epochs is not None:  # configure() would let --epochs win silently
+        p.error(f"--epochs and --set {sets_epochs[0]}=... both give the number of steps; give "
+                "one of them")
     if args.smoke:
         for k in ("classes", "per_class", "epochs"):
-            if getattr(args, k) is None:
+            if getattr(args, k) is None and not (k == "epochs" and sets_epochs):
                 setattr(args, k, SMOKE[k])
     args.seeds = seeds_of(args.seeds, SMOKE["seeds"] if args.smoke else args.default_seeds)
     args.datasets = list(dict.fromkeys(args.datasets))
@@ -227,9 +236,6 @@ def finish_args(p, args, scopes=None, fixed=()):
         p.error(str(e))
     if getattr(args, "methods", None) is not None:
         args.methods = list(dict.fromkeys(args.methods))
-    if scopes is None:
-        scopes = args.methods if getattr(args, "methods", None) is not None else ["our"]
-    args.overrides = _parse_sets(p, args.set, list(scopes), fixed)
     if args.redo:
         args.force = True
     if args.out is None:

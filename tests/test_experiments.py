@@ -310,6 +310,9 @@ def test_confusion_ticks_name_digit_classes_by_their_digit(monkeypatch, tmp_path
     ("convergence", ["--set", "subspace_dim=inf"], "must be finite"),
     ("sensitivity", ["--set", "our.reg2=7"], "sets reg2 itself"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),
+    # --epochs won over --set epochs= silently (for every scope).
+    ("confusion", ["--set", "dsc_l1.epochs=50", "--epochs", "100"],
+     "--epochs and --set dsc_l1.epochs=... both give the number of steps; give one of them"),
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
     ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples: must be >= 2, got 1"),
     ("faithfulness", ["--dataset", "orl", "--thr", "0.1"], "unrecognized arguments: --thr"),
@@ -1768,3 +1771,15 @@ def test_a_missing_default_autoencoder_names_mesc_pretrained_dir(monkeypatch, tm
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
     with pytest.raises(MescError, match=r"or pass --weights, --tf1-checkpoint or --no-pretrain$"):
         sources.require_pretrained("orl")
+
+
+def test_set_epochs_is_not_overridden_by_smoke():
+    """--smoke fills in its few steps only where no --set gives them (they replaced a --set
+    epochs= silently, as --epochs did; that combination is now refused)."""
+    from experiments import confusion
+    from experiments.common import SMOKE, configure
+    from mesc_tf.config import method_settings
+
+    args = confusion.parse_args(["--smoke", "--set", "our.epochs=7"])
+    assert configure(method_settings("orl", "our"), args, "our").epochs == 7
+    assert confusion.parse_args(["--smoke"]).epochs == SMOKE["epochs"]
