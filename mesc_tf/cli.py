@@ -45,6 +45,12 @@ class ArgumentParser(argparse.ArgumentParser):
     PATH_OPTIONS = ("out", "weights", "tf1_checkpoint", "save_coef", "init", "tensorboard",
                     "data_dir", "coef_cache", "json", "coef", "against", "tf1_dir", "dir")
 
+    def __init__(self, *args, **kwargs):
+        # No prefixes of options: `--epoch 20` would otherwise be --epochs, past the Makefile's
+        # checks of ARGS (which spell options in full) and with the last value winning.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 

@@ -316,6 +316,9 @@ def test_confusion_ticks_name_digit_classes_by_their_digit(monkeypatch, tmp_path
     ("confusion", ["--seeds", "-1"], "from 0 to 4294967295"),
     ("faithfulness", ["--dataset", "orl", "--samples", "1"], "--samples: must be >= 2, got 1"),
     ("faithfulness", ["--dataset", "orl", "--thr", "0.1"], "unrecognized arguments: --thr"),
+    # No prefixes: `make faithfulness ARGS="--epoch 20"` passed the Makefile's check of ARGS
+    # (full names) and compared a 20-step C with the authors' 100-step one.
+    ("faithfulness", ["--dataset", "orl", "--epoch", "20"], "unrecognized arguments: --epoch"),
     ("tsne", ["--perplexity", "nan"], "--perplexity must be a finite number > 0"),
     ("faithfulness", ["--dataset", "orl", "--json", ""], "--json is empty"),
 ])
