@@ -178,8 +178,9 @@ def main(argv=None):
     if args.dry_run:
         return 0
     if groups:
+        # Groups whose C's are all in the cache only cluster: less than a training needs.
         sweep.memory_check(args.dataset, min(args.jobs, len(groups)),
-                           max(len(g.steps) for g in groups))
+                           max(len(g.steps) for g in groups), trains=not all(cached))
         _check_writable(args.out)
         start = time.perf_counter()
         for i, res in enumerate(sweep.run_groups(

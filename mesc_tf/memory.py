@@ -65,10 +65,21 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     n = int(n_samples)
     (h, w), c = encoder_sizes(arch)[-1], arch.channels[-1]
     train = 4 * 5.5 * n * n + n * _training_bytes_per_image(arch) + 4 * 8 * n * h * w * c
-    post = 4 * n * n + 8 * n * n + 16 * n * min(int(rank), n) + 64 * 2**20
+    post = _post_bytes(n, rank)
     if bfc_allocator():
         return int(BFC_POOL_FACTOR * train + post + RUNTIME_BYTES)
     return int(max(train, post) + RUNTIME_BYTES)
+
+
+def _post_bytes(n: int, rank: int) -> int:
+    return 4 * n * n + 8 * n * n + 16 * n * min(int(rank), n) + 64 * 2**20
+
+
+def clustering_estimate(n_samples: int, rank: int = 121) -> int:
+    """Bytes post-clustering alone needs at its peak, for a C that was not trained in this
+    process (a sweep's C read from its cache): :func:`memory_estimate`'s post-clustering part
+    and the runtime."""
+    return int(_post_bytes(int(n_samples), rank) + RUNTIME_BYTES)
 
 
 MEMORY_LIMIT_ENV = "MESC_MEMORY_LIMIT_BYTES"

@@ -766,12 +766,16 @@ def training_memory(n, arch, n_snapshots):
     return memory.memory_estimate(n, arch) + 4 * n * n * max(n_snapshots - 1, 0)
 
 
-def memory_check(dataset, n_jobs, n_snapshots):
-    """Refuse a parallel run whose workers together would not fit in memory."""
+def memory_check(dataset, n_jobs, n_snapshots, trains=True):
+    """Refuse a parallel run whose workers together would not fit in memory. ``trains``
+    False: every group reads its C's from the cache and only clusters them."""
     from mesc_tf.config import get_config
 
     cfg = get_config(dataset)
-    need = n_jobs * training_memory(cfg.n_samples, cfg.arch, n_snapshots)
+    n = cfg.n_samples
+    each = (training_memory(n, cfg.arch, n_snapshots) if trains else
+            memory.clustering_estimate(n) + 4 * n * n * max(n_snapshots - 1, 0))
+    need = n_jobs * each
     have, available = memory.available_text()
     if need > have:
         raise MescError(f"{n_jobs} jobs on {dataset} need about {size_text(need)} but "

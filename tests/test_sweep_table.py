@@ -1310,12 +1310,14 @@ def test_sweep_retry_errors_plans_the_failed_trials_again(synthetic_data, toy_we
 def test_sweep_memory_check_counts_jobs_and_snapshots(synthetic_data, toy_weights, tmp_path,
                                                       monkeypatch):
     """The memory check before training: as many workers as groups can use (at most --jobs),
-    each holding a C per snapshot of its step sweep."""
+    each holding a C per snapshot of its step sweep; where every group reads its C's from the
+    --coef-cache, a clustering's need instead of a training's."""
     monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     calls = []
+    real_check = sweep.memory_check
 
-    def check(dataset, n_jobs, n_snapshots):
-        calls.append((dataset, n_jobs, n_snapshots))
+    def check(dataset, n_jobs, n_snapshots, trains=True):
+        calls.append((dataset, n_jobs, n_snapshots, trains))
         raise MescError("stop here")
 
     monkeypatch.setattr(sweep, "memory_check", check)
@@ -1324,7 +1326,21 @@ def test_sweep_memory_check_counts_jobs_and_snapshots(synthetic_data, toy_weight
     for jobs, n_jobs in (("1", 1), ("3", 2)):
         with pytest.raises(MescError, match="stop here"):
             _script("sweep").main([*argv, "--jobs", jobs])
-        assert calls.pop() == ("toy", n_jobs, 2)
+        assert calls.pop() == ("toy", n_jobs, 2, True)
+    monkeypatch.setattr(sweep, "group_in_cache", lambda *args: True)
+    with pytest.raises(MescError, match="stop here"):
+        _script("sweep").main([*argv, "--jobs", "3", "--coef-cache", str(tmp_path / "c")])
+    assert calls.pop() == ("toy", 2, 2, False)
+    # A limit between the two needs: clustering fits, training does not (MNIST, two jobs).
+    from mesc_tf import memory
+    from mesc_tf.config import get_config
+
+    n, arch = get_config("mnist").n_samples, get_config("mnist").arch
+    limit = (memory.clustering_estimate(n) + sweep.training_memory(n, arch, 1)) // 2
+    monkeypatch.setenv("MESC_MEMORY_LIMIT_BYTES", str(2 * limit))
+    real_check("mnist", 2, 1, trains=False)
+    with pytest.raises(MescError, match="2 jobs on mnist need about"):
+        real_check("mnist", 2, 1)
 
 
 def test_sweep_summary_after_a_run_is_of_this_grid_and_its_new_trials(
