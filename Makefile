@@ -91,15 +91,15 @@ compare-ae:
 ablation:
 	$(PYTHON) experiments/ablation.py --force $(AUTHORS_AE) $(ARGS)
 toy:
-	$(PYTHON) experiments/toy_affinity.py --force $(ARGS)
+	$(PYTHON) experiments/toy_affinity.py --force $(AUTHORS_AE) $(ARGS)
 sensitivity:
 	$(PYTHON) experiments/sensitivity.py --force $(AUTHORS_AE) $(ARGS)
 convergence:
 	$(PYTHON) experiments/convergence.py --force $(AUTHORS_AE) $(ARGS)
 tsne:
-	$(PYTHON) experiments/tsne.py --force $(ARGS)
+	$(PYTHON) experiments/tsne.py --force $(AUTHORS_AE) $(ARGS)
 confusion:
-	$(PYTHON) experiments/confusion.py --force $(ARGS)
+	$(PYTHON) experiments/confusion.py --force $(AUTHORS_AE) $(ARGS)
 
 # The table and the figures fine-tune ORL from the authors' checkpoint (../shared/pretrained-tf1
 # or $MESC_TF1_DIR), from which its settings were swept: ours, pretrained/orl.h5, meets the
