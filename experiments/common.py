@@ -627,13 +627,20 @@ class Results:
                 spec["dataset"]):
             self.data_files[spec["dataset"]] = spec.get("data_files")
 
-    def array(self, key: str):
-        """The finished array runs/<key>.npy, None where it is missing or unreadable (cut off
-        or written by something else; cannot happen with atomic writes): recompute it."""
+    def get_with_array(self, key: str, spec: dict):
+        """(record, array) of ``key``'s finished run made with ``spec`` (:meth:`get`) and its
+        runs/<key>.npy; (None, None) where either is missing or unreadable (cut off or written
+        by something else; cannot happen with atomic writes): recompute it. Counted as reused
+        only when both are there."""
+        reused = self.reused
+        rec = self.get(key, spec)
+        if rec is None:
+            return None, None
         try:
-            return np.load(self.path(key, ".npy"), allow_pickle=False)
+            return rec, np.load(self.path(key, ".npy"), allow_pickle=False)
         except (OSError, ValueError, EOFError):
-            return None
+            self.reused = reused  # computed again, not reused
+            return None, None
 
     def put(self, key: str, spec: dict, result: dict, array=None) -> dict:
         """Record ``key``'s run, and ``array`` as runs/<key>.npy. The old record is removed

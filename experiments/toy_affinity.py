@@ -93,8 +93,7 @@ def run_dataset(d, args, results):
         settings = common.configure(common.preset(name, method), args, method)
         key = f"{name}-{method}"
         spec = common.method_spec(d, method, settings, src, args)
-        rec = results.get(key, spec)
-        coef = results.array(key) if rec is not None else None
+        rec, coef = results.get_with_array(key, spec)
         if coef is None:
             print(f"  {common.METHODS[method]}: {settings.regularizer}, {settings.framework}")
             t = common.train(d, settings, src, args, args.seeds[0])

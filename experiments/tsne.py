@@ -55,7 +55,7 @@ def tsne(features, seed, perplexity):
 
 def embedding(results, key, spec, features):
     """The t-SNE of ``features`` for ``spec`` (cached as runs/<key>.npy)."""
-    emb = results.array(key) if results.get(key, spec) is not None else None
+    emb = results.get_with_array(key, spec)[1]
     if emb is None:
         print(f"  t-SNE {key} ({len(features)} points)")
         emb = tsne(features, spec["seed"], spec["perplexity"])
@@ -85,8 +85,7 @@ def run_dataset(d, args, results):
         settings = common.configure(common.preset(name, method), args, method)
         key = f"{name}-{method}"
         spec = common.method_spec(d, method, settings, src, args)
-        rec = results.get(key, spec)
-        z = results.array(key) if rec is not None else None
+        rec, z = results.get_with_array(key, spec)
         if z is None:
             print(f"  {common.METHODS[method]}")
             t = common.train(d, settings, src, args, args.seeds[0],

@@ -615,6 +615,26 @@ def test_a_run_stopped_between_its_array_and_its_record_is_recomputed(tmp_path, 
     assert results.get("orl-x", {"dataset": "orl", "seed": 0}) is None  # recomputed
 
 
+def test_a_record_without_its_array_counts_as_computed_not_reused(tmp_path):
+    """A run whose record is there but whose .npy is not is computed again: the closing line
+    counted it both as reused and as computed."""
+    import argparse
+
+    from experiments.common import Results
+
+    args = argparse.Namespace(out=str(tmp_path), experiment="tsne", force=False, redo=False)
+    spec = {"dataset": "orl", "seed": 0}
+    Results(args, {"datasets": ["orl"]}).put("orl-x", spec, {}, array=np.arange(3.0))
+    results = Results(args, {"datasets": ["orl"]})
+    rec, array = results.get_with_array("orl-x", spec)
+    assert rec["spec"] == spec and array.tolist() == [0, 1, 2] and results.reused == 1
+    (tmp_path / "runs" / "orl-x.npy").unlink()
+    results = Results(args, {"datasets": ["orl"]})
+    assert results.get_with_array("orl-x", spec) == (None, None)
+    results.put("orl-x", spec, {}, array=np.arange(3.0))
+    assert (results.reused, results.computed) == (0, 1)
+
+
 def test_json_that_is_not_ours_is_an_error_line_or_recomputed(tmp_path):
     """A summary or run record that is valid JSON but not an object: the summary is refused
     with one line, the record is recomputed (no AttributeError traceback)."""
