@@ -140,7 +140,7 @@ def render_md(summary) -> str:
         lines += [f"**SMOKE TEST ROWS (fine-tuning capped by --max-epochs): {', '.join(smoke)}; "
                   "these numbers say nothing about the auto-encoders.**", ""]
     lines += ["Same data, same fine-tuning settings (mesc_tf/config.py), same seeds within a row "
-             "(its seeds column), same code; the two sides of a row may come from different "
+             "(its seeds column: those that scored, each side's where they differ), same code; the two sides of a row may come from different "
              "runs, with other --jobs (hence BLAS threads) or machines, which move the labels "
              "where the spectral step is ill-posed (ORL's DSC-Net cells, "
              "experiments/results/README.md). ACC/NMI in %: "
@@ -161,8 +161,12 @@ def render_md(summary) -> str:
             scored = all(r[k][x] for k in ("ours", "original") for x in ("acc", "nmi"))
             ok = scored and (np.median(r["ours"]["acc"]) >= np.median(r["original"]["acc"])
                              and np.median(r["ours"]["nmi"]) >= np.median(r["original"]["nmi"]))
-            seeds = ",".join(map(str, r["ours"]["seeds"])) + (
-                " (smoke)" if r["ours"].get("max_epochs") else "")
+            # Each side's seeds that scored: one list where they agree, both where a seed
+            # failed on one side only (its medians are then over other seeds).
+            ours, orig = (",".join(map(str, r[k]["seeds"])) for k in ("ours", "original"))
+            seeds = (ours if ours == orig else f"ours {ours or '–'}; original {orig or '–'}") + (
+                " (smoke)" if r["ours"].get("max_epochs") or r["original"].get("max_epochs")
+                else "")
             lines.append(f"| {d} | {m} | {seeds} | {e['ours']:.4f} | {e['original']:.4f} | "
                          f"{e['ours'] / e['original']:.2f} | {cell(r['ours']['acc'])} | "
                          f"{cell(r['original']['acc'])} | {cell(r['ours']['nmi'])} | "

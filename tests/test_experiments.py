@@ -1096,6 +1096,13 @@ def test_compare_autoencoders_md_medians_ratio_and_verdict():
     codes_md = md.split("## The codes before fine-tuning")[1]
     lsr_row = next(line for line in codes_md.splitlines() if line.startswith("| toy |"))
     assert lsr_row.split(" | ")[3] == "80.00 / 80.00 / 80.00"
+    assert our.split(" | ")[2] == "0,1,2 (smoke)"
+    # A seed that failed on one side only: each side's seeds, since the medians differ in them.
+    methods["dsc_l1"]["original"]["seeds"] = [0, 2]
+    md = render_md({"toy": {"relative_error": {"ours": 0.002, "original": 0.004},
+                            "methods": methods}})
+    dsc = next(line for line in md.splitlines() if line.startswith("| toy | dsc_l1 |"))
+    assert dsc.split(" | ")[2] == "ours 0,1,2; original 0,2"
 
 
 def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, shared_data,
