@@ -82,8 +82,10 @@ table:
 	    $(if $(findstring --seeds,$(ARGS)),,--seeds $(SEEDS)) --jobs $(JOBS) $(AUTHORS_AE) $(ARGS)
 
 # Our auto-encoders vs the original checkpoints, same settings (experiments/results/autoencoders/).
+# DATASETS="orl coil20" or "orl,coil20", as make table takes them.
+comma := ,
 compare-ae:
-	$(PYTHON) experiments/compare_autoencoders.py $(if $(DATASETS),--datasets $(DATASETS)) --jobs $(JOBS) $(ARGS)
+	$(PYTHON) experiments/compare_autoencoders.py $(if $(DATASETS),--datasets $(subst $(comma), ,$(DATASETS))) --jobs $(JOBS) $(ARGS)
 
 # The paper's other experiments (experiments/results/<name>/); `make toy` is the Toy affinity figure.
 # --force: a target rebuilds its committed summary for the options given (finished runs under
