@@ -17,7 +17,8 @@ seed the spectral clustering of that C. Writes, in --out (default experiments/re
 
 Resumable: a finished cell whose settings, seeds (in any order), auto-encoder and data files
 (by SHA-256; a cell from before they were recorded has none) are unchanged is kept when the
-command is rerun (pass --force to recompute it). --max-epochs N caps every
+command is rerun (pass --force to recompute it; --retry-failed recomputes only the cells with a
+failed seed, such as one stopped by a full memory). --max-epochs N caps every
 method's fine-tuning steps for SMOKE TESTS only; the cells whose steps it lowered are flagged
 in both files.
 """
@@ -98,6 +99,8 @@ def parse_args(argv=None):
     p.add_argument("--max-epochs", type=cli.at_least(1), metavar="N",
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (cells are flagged)")
     p.add_argument("--force", action="store_true", help="recompute cells already finished")
+    p.add_argument("--retry-failed", action="store_true", help="recompute the finished cells "
+                   "that have failed seeds (main_table.json's failed_seeds), keeping the rest")
     args = p.parse_args(argv)
     from mesc_tf.errors import MescError
 
@@ -401,8 +404,10 @@ def _plan(args, table, data_dir):
         for m in args.methods:
             cap = smoke_cap(d, m, args.max_epochs)
             s = cell_settings(d, m, cap)
-            if not args.force and cell_is_current(table.get(d, {}).get(m), s, args.seeds, ae,
-                                                  cap, data_files):
+            cell = table.get(d, {}).get(m)
+            retry = args.retry_failed and isinstance(cell, dict) and cell.get("failed_seeds")
+            if not (args.force or retry) and cell_is_current(cell, s, args.seeds, ae, cap,
+                                                             data_files):
                 kept += 1
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)

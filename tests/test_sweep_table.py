@@ -766,6 +766,28 @@ def test_a_cell_is_not_kept_for_other_data_files(toy_weights):
     assert table.cell_is_current({**cell, "data_files": None}, s, [0], ae, None, files)
 
 
+def test_table_retry_failed_plans_only_the_cells_with_failed_seeds(synthetic_data, toy_weights,
+                                                                    tmp_path, monkeypatch):
+    """A seed that failed (ARPACK, a full memory) left its cell over fewer seeds until --force
+    recomputed every cell; --retry-failed recomputes that cell alone."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    table = _script("table")
+    ae = sources.resolve_autoencoder("toy", weights=str(toy_weights))
+    from mesc_tf.data import load_dataset
+
+    files = load_dataset("toy").file_hashes
+    cells = {m: {"settings": sweep.normalized(table.cell_settings("toy", m)),
+                 "seeds_requested": [0, 1], "autoencoder_id": ae.ident, "max_epochs": None,
+                 "data_files": files, "failed_seeds": {"1": "ARPACK"} if m == "our" else {}}
+             for m in ("our", "dsc_l1")}
+    argv = ["--datasets", "toy", "--methods", "our,dsc_l1", "--seeds", "0,1", "--weights",
+            f"toy={toy_weights}", "--out", str(tmp_path)]
+    for extra, planned in (([], []), (["--retry-failed"], ["our"])):
+        args = table.parse_args([*argv, *extra])
+        todo, kept, _ = table._plan(args, {"toy": cells}, None)
+        assert [m for _, m, *_ in todo] == planned and kept == 2 - len(planned)
+
+
 def test_table_flags_only_the_cells_max_epochs_capped(synthetic_data, toy_weights, tmp_path,
                                                        capsys, monkeypatch):
     """--max-epochs 50 caps Toy's 'our' (100 steps) but not dsc_l1 (30): only the first is a
