@@ -32,13 +32,15 @@ from mesc_tf.weights import ORIGINAL_CHECKPOINTS, default_tf1_dir  # noqa: E402
 
 
 def parse_args(argv=None):
+    from table import DEFAULT_SEEDS  # the main table's cells are this script's
+
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", type=str.lower, choices=list(DATASETS),
                    default=["orl", "coil20", "toy"], metavar="NAME",
                    help="datasets (default: orl coil20 toy)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=["our"],
                    metavar="M", help=f"methods (default: our; any of {', '.join(METHODS)})")
-    common.add_seeds_arg(p, (0, 1, 2, 3, 4))
+    common.add_seeds_arg(p, DEFAULT_SEEDS)
     p.add_argument("--tf1-dir", default=str(default_tf1_dir()),
                    help="folder of the original checkpoints (default: $MESC_TF1_DIR, then "
                         "../shared/pretrained-tf1)")
@@ -56,7 +58,7 @@ def parse_args(argv=None):
     if args.out is None and args.max_epochs is not None:
         p.error("--max-epochs (a smoke test) needs --out DIR: it would replace rows of the "
                 "committed comparison in experiments/results/autoencoders")
-    args.seeds = common.seeds_of(args.seeds, (0, 1, 2, 3, 4))
+    args.seeds = common.seeds_of(args.seeds, DEFAULT_SEEDS)
     args.out = Path(args.out) if args.out else common.RESULTS_DIR / "autoencoders"
     args.tf1_dir = Path(args.tf1_dir)
     for d in args.datasets:

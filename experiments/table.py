@@ -257,10 +257,11 @@ def cell_is_current(cell, settings, seeds, ae, max_epochs=None, data_files=None)
 
 
 def _pct(values):
+    """(mean ± std, median) in % of a cell's per-seed values."""
     from mesc_tf import sweep
 
     st = sweep.stats(values)
-    return st, common.pm(st["mean"], st["std"]), 100 * st["median"]
+    return common.pm(st["mean"], st["std"]), 100 * st["median"]
 
 
 def render_md(table, invocation) -> str:
@@ -290,7 +291,7 @@ def render_md(table, invocation) -> str:
         row = [d, METHOD_NAMES.get(m, m)]
         for metric in ("acc", "nmi"):
             if c.get(metric):
-                _, ms, med = _pct(c[metric])
+                ms, med = _pct(c[metric])
                 mark = ""
                 if paper is not None:
                     mark = " ✓" if round(med, 2) >= paper[metric] else " ✗"
