@@ -1279,14 +1279,18 @@ def test_smoke_fills_in_only_the_options_not_given():
     assert args.methods == ["our", "dsc_l1"]
 
 
-def test_a_scoped_set_beats_a_global_one_and_epochs_beats_both():
+def test_a_scoped_set_beats_a_global_one_and_epochs_sets_every_run():
+    """(--epochs together with --set epochs= is refused: test_bad_options_one_line.)"""
     from experiments import common, confusion
 
-    args = confusion.parse_args(["--set", "dsc_l1.reg1=2", "--set", "reg1=5", "--set",
-                                 "epochs=7", "--epochs", "4"])
+    args = confusion.parse_args(["--set", "dsc_l1.reg1=2", "--set", "reg1=5", "--epochs", "4"])
     l1 = common.configure(common.preset("coil20", "dsc_l1"), args, "dsc_l1")
     our = common.configure(common.preset("coil20", "our"), args, "our")
     assert (l1.reg1, our.reg1, l1.epochs, our.epochs) == (2.0, 5.0, 4, 4)
+    args = confusion.parse_args(["--set", "epochs=7", "--set", "dsc_l1.epochs=9"])
+    l1 = common.configure(common.preset("coil20", "dsc_l1"), args, "dsc_l1")
+    our = common.configure(common.preset("coil20", "our"), args, "our")
+    assert (l1.epochs, our.epochs) == (9, 7)
 
 
 def test_the_same_set_given_twice_is_refused(capsys):
