@@ -270,6 +270,9 @@ class Pretrain:
         # Checked here, not only when the rescaling runs: that is after the whole training.
         # (How many values a tuple needs depends on the architecture: pipeline.pretrain.)
         scale = self.activation_scale
+        if isinstance(scale, list):  # a list, as JSON gives it back: the frozen field's tuple
+            scale = tuple(scale)
+            object.__setattr__(self, "activation_scale", scale)
         values = scale if isinstance(scale, tuple) else (scale,)
         if scale is not None and not (values and all(_real(v) and 0 < v < math.inf
                                                      for v in values)):

@@ -125,6 +125,7 @@ def test_a_bad_activation_scale_is_refused_when_the_schedule_is_made(scale):
             f"tuple of them (one per hidden layer), got {scale!r}")):
         Pretrain(activation_scale=scale)
     assert Pretrain(activation_scale=(1, 2.5)).activation_scale == (1, 2.5)
+    assert Pretrain(activation_scale=[1, 2.5]).activation_scale == (1, 2.5)  # JSON's list
 
 
 def test_pretraining_checks_its_arguments_against_the_architecture_before_training(x):
