@@ -142,7 +142,8 @@ def render_md(summary) -> str:
         lines += [f"**SMOKE TEST ROWS (fine-tuning capped by --max-epochs): {', '.join(smoke)}; "
                   "these numbers say nothing about the auto-encoders.**", ""]
     lines += ["Same data, same fine-tuning settings (mesc_tf/config.py), same seeds within a row "
-             "(its seeds column: those that scored, each side's where they differ), same code; the two sides of a row may come from different "
+             "(its seeds column: those that scored, each side's where they differ), same code; "
+             "the two sides of a row may come from different "
              "runs, with other --jobs (hence BLAS threads) or machines, which move the labels "
              "where the spectral step is ill-posed (ORL's DSC-Net cells, "
              "experiments/results/README.md). ACC/NMI in %: "
