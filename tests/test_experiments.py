@@ -1800,7 +1800,8 @@ def test_a_missing_default_autoencoder_names_mesc_pretrained_dir(monkeypatch, tm
     monkeypatch.delenv("MESC_PRETRAINED_DIR", raising=False)
     monkeypatch.setattr(sources, "pretrained_path", lambda name: tmp_path / f"{name}.h5")
     with pytest.raises(MescError, match=r"pass --weights, --tf1-checkpoint or --no-pretrain, or "
-                       r"set MESC_PRETRAINED_DIR to a folder of them \(a checkout's pretrained/\)$"):
+                       r"set MESC_PRETRAINED_DIR to a folder of them \(a checkout's "
+                       r"pretrained/\)$"):
         sources.require_pretrained("orl")
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
     with pytest.raises(MescError, match=r"or pass --weights, --tf1-checkpoint or --no-pretrain$"):
