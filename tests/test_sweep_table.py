@@ -353,6 +353,25 @@ def test_a_worker_of_a_killed_sweep_stops(tmp_path):
     sweep._check_parent(os.getppid())  # still there: nothing raised
 
 
+def test_a_worker_whose_sweep_dies_while_it_clusters_writes_no_more_records(tmp_path,
+                                                                            monkeypatch):
+    """The second check: the parent is gone after the training, before a record is written."""
+    import os
+
+    parent = os.getppid()
+    answers = iter([parent])  # the first check (before training) sees the parent
+    monkeypatch.setattr(sweep.os, "getppid", lambda: next(answers, 1))
+    monkeypatch.setattr(sweep, "_dataset", lambda *args: None)
+    monkeypatch.setattr(sweep, "_trained_coefs", lambda *args: None)
+    monkeypatch.setattr(sweep, "_scored_trial", lambda *args: {"trial": 1})
+    s = Settings()
+    group = sweep.Group(s, (sweep.Trial(s, 0),), 0, tag="our")
+    with pytest.raises(RuntimeError, match=f"the sweep process {parent} is gone"):
+        sweep.run_group(group, dataset="toy", data_dir=None, ae=None,
+                        out=tmp_path / "r.jsonl", parent_pid=parent)
+    assert not list(tmp_path.iterdir())
+
+
 # --- real runs ---------------------------------------------------------------------------------
 
 
