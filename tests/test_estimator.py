@@ -530,15 +530,24 @@ def test_an_int_channels_is_repeated_to_the_kernels_length():
 
 
 def test_pretrain_steps_zero_fine_tunes_from_the_seeded_initialisation():
-    """pretrain_steps=0 is run.py --no-pretrain: no pretraining runs, pretrain_info_ is None
-    and the source says so."""
+    """pretrain_steps=0 is run.py --no-pretrain: no pretraining runs, pretrain_info_ is None,
+    the source says so, and the auto-encoder (epochs=0: untouched) is the he_normal draw of
+    random_state's seed."""
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.training import configure_runtime
+
     x, _ = union_of_subspaces(seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         est = MESCClustering(3, epochs=0, pretrain_steps=0, thr=0.2, subspace_dim=3,
                              power=1.0).fit(x)
     assert est.pretrain_info_ is None and est.timings_["pretrain_s"] == 0.0
-    assert not est.weights_source_.startswith("pretrained")
+    assert est.weights_source_ == "he_normal initialisation (no pretraining)"
+    for seed, same in ((0, True), (1, False)):
+        configure_runtime(seed)
+        fresh = ConvAutoEncoder(default_architecture(x.shape[1:3])).build_for_input()
+        assert all(np.array_equal(a, b) for a, b in zip(
+            est.autoencoder_.get_weights(), fresh.get_weights(), strict=True)) is same
 
 
 @pytest.mark.parametrize("shape", [(0, 16), (16, 0)])
