@@ -68,8 +68,12 @@ def arpack(Cs, n_clusters, subspace_dim):
             return op.matvec(x)
 
         t = time.perf_counter()
-        caught["w"], caught["V"] = saved[0](LinearOperator(op.shape, matvec=counted,
-                                                           dtype=op.dtype), **kw)
+        try:
+            caught["w"], caught["V"] = saved[0](LinearOperator(op.shape, matvec=counted,
+                                                               dtype=op.dtype), **kw)
+        except Exception as e:  # the route catches it and falls back: say why below
+            caught["error"] = e
+            raise
         caught["seconds"] = time.perf_counter() - t
         return caught["w"], caught["V"]
 
@@ -78,6 +82,9 @@ def arpack(Cs, n_clusters, subspace_dim):
         pc_fast._svd_embedding_fast(Cs, n_clusters, subspace_dim, {})
     finally:
         pc_fast.eigsh, pc_fast.DENSE_SVD_MAX_N, pc_fast.SVD_PROPACK_MAX_SHARE = saved
+    if "error" in caught:
+        raise MescError(f"ARPACK failed on this C ({type(caught['error']).__name__}: "
+                        f"{caught['error']}); no figures for it")
     if "w" not in caught:
         raise MescError("ARPACK did not run (the rank-r subspace is ill-determined); no "
                         "figures for this C")
@@ -86,7 +93,7 @@ def arpack(Cs, n_clusters, subspace_dim):
 
 def propack(Cs, Ct, k, extra):
     """(seconds, θ, V) of the route's PROPACK call asked for k + ``extra`` triplets, its size
-    rule and residual test off; a MescError where it does not converge."""
+    rule and residual test off; θ and V None where it does not converge within its basis."""
     saved = pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_PROPACK_MAX_SHARE, pc_fast.SVD_RESIDUAL_MAX
     pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_PROPACK_MAX_SHARE = extra, np.inf
     pc_fast.SVD_RESIDUAL_MAX = np.inf
@@ -96,9 +103,6 @@ def propack(Cs, Ct, k, extra):
         seconds = time.perf_counter() - t
     finally:
         pc_fast.SVD_PROPACK_EXTRA, pc_fast.SVD_PROPACK_MAX_SHARE, pc_fast.SVD_RESIDUAL_MAX = saved
-    if w is None:
-        raise MescError(f"PROPACK (k {k} + {extra}) did not converge within its basis of "
-                        f"{pc_fast.SVD_PROPACK_KMAX_FACTOR} × {k + extra} vectors")
     return seconds, w, V
 
 
@@ -135,8 +139,14 @@ def main(argv=None):
     spaces = {"arpack": V_a[:, 1:]}  # the rank-r subspaces
     for name, extra in (("propack", pc_fast.SVD_PROPACK_EXTRA), ("propack_k_alone", 0)):
         t_p, w_p, V_p = propack(Cs, Ct, r + 1, extra)
+        if w_p is None:  # a figure too: what the extra triplets are for
+            rows[name] = {"extra": extra, "seconds": t_p, "converged": False}
+            print(f"PROPACK, {r + 1} + {extra} triplets: {t_p:.2f} s, did not converge within "
+                  f"its basis of {pc_fast.SVD_PROPACK_KMAX_FACTOR} × {r + 1 + extra} vectors",
+                  flush=True)
+            continue
         spaces[name] = V_p[:, 1:]
-        rows[name] = {"extra": extra, "seconds": t_p,
+        rows[name] = {"extra": extra, "seconds": t_p, "converged": True,
                       "residual": pc_fast._relative_residual(Cs, Ct, w_p, V_p),
                       "sine_to_arpack": sine(V_a[:, 1:], V_p[:, 1:])}
         print(f"PROPACK, {r + 1} + {extra} triplets: {t_p:.2f} s, residual "
@@ -149,10 +159,11 @@ def main(argv=None):
         _, _, vt = svds(Cs, r, v0=np.ones(Cs.shape[0]))
         rows["svds"] = {"seconds": time.perf_counter() - t,
                         **{f"sine_to_{k}": sine(vt.T, V) for k, V in spaces.items()}}
-        print(f"svds: {rows['svds']['seconds']:.2f} s; sine of its subspace to ARPACK's "
-              f"{rows['svds']['sine_to_arpack']:.2g}, to PROPACK's "
-              f"{rows['svds']['sine_to_propack']:.2g} (k alone: "
-              f"{rows['svds']['sine_to_propack_k_alone']:.2g})", flush=True)
+        names = {"arpack": "ARPACK's", "propack": "PROPACK's",
+                 "propack_k_alone": "PROPACK's asked for k alone"}
+        print(f"svds: {rows['svds']['seconds']:.2f} s; sine of its subspace to "
+              + ", to ".join(f"{names[k]} {rows['svds'][f'sine_to_{k}']:.2g}" for k in spaces),
+              flush=True)
     if args.json:
         from mesc_tf import provenance
 

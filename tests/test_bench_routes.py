@@ -464,9 +464,27 @@ def test_svd_solvers_figures_and_the_module_restored(tmp_path, capsys):
     assert report["propack"]["extra"] == pc_fast.SVD_PROPACK_EXTRA
     assert report["propack"]["residual"] < pc_fast.SVD_RESIDUAL_MAX
     assert report["propack"]["sine_to_arpack"] < 1e-9
-    assert report["propack_k_alone"]["extra"] == 0
+    assert report["propack_k_alone"]["extra"] == 0 and report["propack_k_alone"]["converged"]
+    assert (report["propack_k_alone"]["sine_to_arpack"]
+            > 100 * report["propack"]["sine_to_arpack"])  # what the extra triplets are for
     assert max(report["svds"][f"sine_to_{k}"] for k in ("arpack", "propack")) < 1e-9
     assert "PROPACK, 22 + 20 triplets" in capsys.readouterr().out
+    # PROPACK asked for k alone and not converging is a figure, not the end of the run.
+    real = pc_fast._propack_eigenpairs
+
+    def k_alone_fails(Cs, Ct, k, rng):
+        return (None, None) if pc_fast.SVD_PROPACK_EXTRA == 0 else real(Cs, Ct, k, rng)
+
+    pc_fast._propack_eigenpairs = k_alone_fails
+    try:
+        assert mod.main([*argv, "--svds", "--json", str(out), "--force"]) == 0
+    finally:
+        pc_fast._propack_eigenpairs = real
+    report = json.loads(out.read_text())
+    assert report["propack_k_alone"] == {"extra": 0, "seconds": pytest.approx(
+        report["propack_k_alone"]["seconds"]), "converged": False}
+    assert "sine_to_propack_k_alone" not in report["svds"] and report["propack"]["converged"]
+    assert "PROPACK, 22 + 0 triplets: " in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main_guard(lambda: mod.main([*argv[:-1], "159"]), mod.CLEANUP)
     err = capsys.readouterr().err
