@@ -330,7 +330,7 @@ def test_bad_options_one_line(script, args, message):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path, monkeypatch):
+def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path, monkeypatch, capsys):
     from experiments import compare_autoencoders
     from mesc_tf.errors import MescError
 
@@ -387,8 +387,12 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path, monkeypatch):
         compare_autoencoders.main(["--datasets", "toy", "--seeds", "0", "--max-epochs", "2",
                                    "--tf1-dir", str(tf1_dir), "--out", str(bad)])
     assert [f.name for f in bad.iterdir()] == ["autoencoders.json"]
-    with pytest.raises(SystemExit):  # a missing checkpoint folder: one clear error
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # a missing checkpoint folder: one clear error
         compare_autoencoders.parse_args(["--datasets", "toy", "--tf1-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: no original checkpoint for toy at {tmp_path}/dscnet/COIL20/")
 
 
 def test_closed_form_coef_is_lsr_and_separates_independent_subspaces():
