@@ -484,6 +484,9 @@ def test_readme_estimator_example_prints_what_it_says(readme_example, capsys, tm
     claimed = re.search(r"# (0\.\d+) with these settings and seed 0", code)[1]
     assert f"{float(printed[2]):.3f}" == claimed
     assert printed[3] == printed[2] and "# 0.989 again" in code
+    # The same labels, not only the same accuracy: the example's first estimator again.
+    first = MESCClustering(3, pretrain_steps=100, epochs=30, thr=0.2, subspace_dim=3, power=1.0)
+    np.testing.assert_array_equal(first.fit_predict(scope["images"]), scope["est"].labels_)
 
 
 def test_fits_in_a_loop_do_not_warn_of_retracing():

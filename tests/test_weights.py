@@ -138,7 +138,7 @@ def test_h5_damaged_contents_are_refused(saved):
     for layer in ae.named_layers:  # unlike the file's, so that a partial assignment would show
         layer.kernel.assign(layer.kernel + 1.0)
     before = all_weights(ae)
-    with pytest.raises(MescError):
+    with pytest.raises(MescError, match="test: layer dec_2 bias holds NaN"):
         assign_weights(ae, weights, "test")
     for a, b in zip(before, all_weights(ae)):  # enc_0 … dec_1 were not assigned either
         np.testing.assert_array_equal(a, b)
