@@ -111,10 +111,12 @@ def test_program_run_feeds_updated_variables_back(xla_step):
 
 
 def test_time_one_figures(xla_step, tmp_path, monkeypatch):
-    """time_one: two reference runs from the start values (then the timed steps from the first
-    run's end); the loss terms' largest difference per term relative to TF's, C's difference
-    relative to how far TF moved its compared rows, bit-identical only if both C and the losses
-    repeat, the median of the steps after warm-up, the floor for n×n by n×p, peak memory."""
+    """time_one: a reference run from the start values, the timed steps from its end (peak
+    memory read then, before a second reference run puts another set of variables on the
+    device), the second reference run; the loss terms' largest difference per term relative to
+    TF's, C's difference relative to how far TF moved its compared rows, bit-identical only if
+    both C and the losses repeat, the median of the steps after warm-up, the floor for n×n by
+    n×p."""
     n, rows = 4, 2
     start_c = np.zeros((n, n), np.float32)
     start_c[:rows] = 1.0  # the compared rows start at 1, the others at 0
@@ -134,23 +136,24 @@ def test_time_one_figures(xla_step, tmp_path, monkeypatch):
             calls.append((steps, args))
             if len(calls) == 1:
                 return [[1.1, 2.6], [2.4, 4.0]], [1.0, 1.0], ["x", final]
-            if len(calls) == 2:  # the same losses, another C
+            if len(calls) == 3:  # the same losses, another C
                 return [[1.1, 2.6], [2.4, 4.0]], [1.0, 1.0], ["x", final + 1]
+            args[1] = args[1] + 50  # the timed steps go on from the first run's C
             return None, [0.005, 0.001, 0.002, 0.010], args
 
-    floors = []
+    floors, peaks = [], iter([7, 9])
     monkeypatch.setattr(xla_step, "Program", FakeProgram)
     monkeypatch.setattr(xla_step, "_floor_ms", lambda n, p, device: floors.append((n, p)) or 1.5)
-    device = SimpleNamespace(memory_stats=lambda: {"peak_bytes_in_use": 7, "bytes_in_use": 3})
+    device = SimpleNamespace(memory_stats=lambda: {"peak_bytes_in_use": next(peaks)})
     r = xla_step.time_one(tmp_path, "orl", device, 1, 3)
-    assert [c[0] for c in calls] == [2, 2, 4] and calls[0][1] is None and calls[1][1] is None
-    assert calls[2][1][1] is final
+    assert [c[0] for c in calls] == [2, 4, 2] and calls[0][1] is None and calls[2][1] is None
+    assert calls[1][1][1] is not final  # the timed run had the first run's list
     assert r["step_ms"] == 2.0 and r["steps_ms_all"] == [5.0, 1.0, 2.0, 10.0]
     assert floors == [(4, 3)] and r["floor_ms"] == 1.5
     assert r["loss_terms_max_rel_diff_vs_tf_cpu"] == pytest.approx({"a": 0.2, "b": 0.3})
     assert r["coef_change_rel_diff_vs_tf_cpu"] == pytest.approx(0.1, rel=1e-5)
-    assert r["bitwise_repeatable"] is False
-    assert r["peak_device_bytes"] == 7
+    assert r["bitwise_repeatable"] is False  # C after the first run was read before timing
+    assert r["peak_device_bytes"] == 7  # read right after the timed steps
     assert r["compared_steps"] == 2 and r["coef_rows_compared"] == rows
 
 
