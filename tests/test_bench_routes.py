@@ -311,11 +311,13 @@ def test_time_route_cholesky_skips_lanczos_whatever_the_cap(monkeypatch):
     Cs = pc_fast._pretreat_sparse(pc_thrc.thrC_sparse(_blocks_C(), 0.2), "mesc")
     A = pc_fast._affinity_inplace(pc_fast._svd_embedding_fast(Cs, 5, 4, {}), 8.0)
     kept = A.copy()
-    _, y_ch, info_ch = mod.time_route(A, 5, 0, lanczos=False)
+    _, y_ch, info_ch, inside = mod.time_route(A, 5, 0, lanczos=False)
     assert "lanczos_products" not in info_ch and "Lanczos" not in info_ch["spectral"]
     assert pc_fast._lanczos_smallest is real and pc_fast.LANCZOS_MAX_PRODUCTS == 40
-    _, y_lz, info_lz = mod.time_route(A, 5, 0, lanczos=True)
+    assert inside == 0.0
+    seconds, y_lz, info_lz, inside = mod.time_route(A, 5, 0, lanczos=True)
     assert info_lz["lanczos_products"] > 0 and "Lanczos" in info_lz["spectral"]
+    assert 0 < inside < seconds  # Lanczos itself, a part of the route
     assert pc_fast._lanczos_smallest is real and pc_fast.LANCZOS_MAX_PRODUCTS == 40
     np.testing.assert_array_equal(A, kept)
     np.testing.assert_array_equal(y_lz, y_ch)
@@ -323,7 +325,8 @@ def test_time_route_cholesky_skips_lanczos_whatever_the_cap(monkeypatch):
 
 def test_spectral_routes_main_figures_from_the_routes(tmp_path, monkeypatch):
     """main (the routes faked): --seed, --clusters and --variant are passed on, the break-even
-    is the Cholesky route's seconds over the seconds per Lanczos product, same_labels compares
+    is the Cholesky route's seconds, less the Lanczos route's work besides its products, over
+    the seconds per Lanczos product (none where Lanczos did not converge), same_labels compares
     the two routes' labels, and ill_posed is set if either route found it so."""
     from mesc_tf.postcluster import fast as pc_fast
 
@@ -338,11 +341,15 @@ def test_spectral_routes_main_figures_from_the_routes(tmp_path, monkeypatch):
         variants.append(variant)
         return pretreat(C, variant)
 
+    converged = iter([True, False])
+
     def time_route(A, K, seed, lanczos):
         calls.append((K, seed, lanczos))
-        if lanczos:
-            return 2.0, np.array([0, 0, 1]), {"lanczos_products": 100, "ill_posed": True}
-        return 6.0, np.array([0, 1, 1]), {"ill_posed": False}
+        if lanczos:  # 100 products in 0.5 s, 1.5 s of the rest of the step
+            spectral = "ARPACK Lanczos on …" if next(converged) else "ARPACK shift-invert …"
+            return 2.0, np.array([0, 0, 1]), {"lanczos_products": 100, "ill_posed": True,
+                                              "spectral": spectral}, 0.5
+        return 6.0, np.array([0, 1, 1]), {"ill_posed": False}, 0.0
 
     monkeypatch.setattr(pc_fast, "_pretreat_sparse", spy_pretreat)
     monkeypatch.setattr(mod, "time_route", time_route)
@@ -362,8 +369,12 @@ def test_spectral_routes_main_figures_from_the_routes(tmp_path, monkeypatch):
     assert shlex.split(report["command"]) == ["benchmarks/spectral_routes.py", *argv]
     assert report["machine"] == {"cores": 2} and report["versions"] == {"mesc_tf": "x"}
     (row,) = report["rows"]
-    assert row["break_even_products"] == pytest.approx(300.0)
+    assert row["break_even_products"] == pytest.approx((6.0 - 1.5) / (0.5 / 100))  # 900
+    assert row["lanczos_products_s"] == 0.5 and row["lanczos_converged"] is True
     assert row["same_labels"] is False and row["ill_posed"] is True
+    assert mod.main([*argv, "--force"]) == 0  # Lanczos fell back this time
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["break_even_products"] is None and row["lanczos_converged"] is False
 
 
 def test_spectral_routes_coef_folder_is_named_a_folder(tmp_path, capsys):
