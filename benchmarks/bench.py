@@ -390,7 +390,7 @@ def _csv(choices):
         bad = [s for s in items if s not in choices]
         if bad or not items:
             raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
-        return items
+        return list(dict.fromkeys(items))  # once each: orl,orl would time ORL twice
     return parse
 
 

@@ -24,7 +24,9 @@ output layer (one channel, where TF's transposed-conv kernel is slowest) by ``co
 For each layer, at the dataset's size (``n`` images of its activations, random values), this
 times a compiled forward and backward pass (conv, bias, ReLU; gradients of the kernel, the bias
 and, except for the first encoder layer whose input is data, the input) each way, the median
-of ``--repeats`` calls, and checks that outputs and gradients agree. Weights are seeded
+of ``--repeats`` calls, and reports how far each route's outputs and gradients are from
+Keras' (``max_rel_diff``, the largest relative difference; no threshold: the tests check the
+routes' agreement, tests/test_bench.py and test_bench_routes.py). Weights are seeded
 he_normal; times do not depend on them.
 """
 

@@ -318,8 +318,12 @@ def time_all(args):
 
     jax.config.update("jax_enable_x64", True)  # Keras' step counter is int64
     device = jax.devices()[0]
-    report = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-              "warmup": args.warmup, "repeats": args.repeats, "datasets": []}
+    # Written after each dataset, so that a run that fails keeps what it finished: "complete"
+    # says whether every dataset asked for is in it.
+    report = {"command": " ".join(["benchmarks/xla_step.py", *sys.argv[1:]]),
+              "device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
+              "warmup": args.warmup, "repeats": args.repeats,
+              "datasets_requested": list(args.datasets), "complete": False, "datasets": []}
     print(report["device"], "jax", jax.__version__, flush=True)
     for name in args.datasets:
         r = time_one(Path(args.dir), name, device, args.warmup, args.repeats)
@@ -332,6 +336,9 @@ def time_all(args):
               f"peak {(r['peak_device_bytes'] or 0) / 2**30:.2f} GiB", flush=True)
         if args.json:
             atomic_write_text(args.json, json.dumps(report, indent=1))
+    report["complete"] = True
+    if args.json:
+        atomic_write_text(args.json, json.dumps(report, indent=1))
 
 
 def parse_args(argv=None):

@@ -563,6 +563,7 @@ def test_bench_option_lists_and_child_arguments(bench):
 
     parse = bench._csv(bench.DATASETS)
     assert parse(" ORL, Coil20 ,") == ["orl", "coil20"]
+    assert parse("orl,ORL, coil20,orl") == ["orl", "coil20"]  # each timed once
     for text in (",", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="choose from"):
             parse(text)

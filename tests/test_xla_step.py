@@ -220,6 +220,38 @@ def test_time_all_writes_the_report_after_each_dataset(xla_step, tmp_path, monke
     assert (report["warmup"], report["repeats"]) == (2, 3) and x64 == [True, True]
 
 
+def test_time_all_report_says_whether_it_is_complete(xla_step, tmp_path, monkeypatch):
+    """A run that fails on a later dataset leaves a report of the earlier ones: it names the
+    datasets asked for and says it is not complete, so that it is not taken for the whole
+    run. A stand-in JAX module: this runs where JAX is not installed too."""
+    import types
+
+    fake = types.ModuleType("jax")
+    fake.__version__ = "0"
+    fake.config = SimpleNamespace(update=lambda *args: None)
+    fake.devices = lambda: [SimpleNamespace(platform="gpu", device_kind="test")]
+    monkeypatch.setitem(sys.modules, "jax", fake)
+
+    def time_one(directory, name, device, warmup, repeats):
+        if name == "coil20":
+            raise RuntimeError("out of memory")
+        return _result(name)
+
+    monkeypatch.setattr(xla_step, "time_one", time_one)
+    out = tmp_path / "r.json"
+    args = SimpleNamespace(dir=str(tmp_path), datasets=["orl", "coil20"], warmup=2, repeats=3,
+                           json=str(out))
+    with pytest.raises(RuntimeError):
+        xla_step.time_all(args)
+    report = json.loads(out.read_text())
+    assert report["datasets_requested"] == ["orl", "coil20"] and report["complete"] is False
+    args.datasets = ["orl"]
+    xla_step.time_all(args)
+    report = json.loads(out.read_text())
+    assert report["complete"] is True and [r["dataset"] for r in report["datasets"]] == ["orl"]
+    assert report["command"].startswith("benchmarks/xla_step.py")
+
+
 def test_time_options(xla_step, tmp_path, monkeypatch):
     """`time` defaults to every dataset exported in --dir (in the known order), refuses
     --repeats 0 (no step to take the median of); parsing makes no --json folder: main makes
