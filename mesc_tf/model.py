@@ -719,3 +719,32 @@ class PretrainNet(_OwnLossModel):
 
     def test_step(self, data):
         return self.compute_terms(self._images(data))
+
+    # An array is one batch, as for MESCNet: Keras' default of 32 made fit take several
+    # shuffled steps per epoch and log, and evaluate return, the last batch's terms only.
+    # Minibatches come as a dataset (training.minibatches), one batch per epoch.
+    def fit(self, *args, **kwargs):
+        named = _named(keras.Model.fit, args, kwargs)
+        if _is_array(named.get("x")):
+            named["batch_size"] = self._whole(named["x"], named.get("batch_size"), "fit")
+            named["shuffle"] = False  # one batch: nothing to shuffle
+        validation = named.get("validation_data")
+        if isinstance(validation, (tuple, list)) and validation and _is_array(validation[0]):
+            named["validation_batch_size"] = self._whole(
+                validation[0], named.get("validation_batch_size"), "validation_data")
+        return super().fit(**named)
+
+    def evaluate(self, *args, **kwargs):
+        named = _named(keras.Model.evaluate, args, kwargs)
+        if _is_array(named.get("x")):
+            named["batch_size"] = self._whole(named["x"], named.get("batch_size"), "evaluate")
+        return super().evaluate(**named)
+
+    @staticmethod
+    def _whole(x, batch_size, where):
+        if batch_size not in (None, len(x)):
+            raise MescError(f"PretrainNet.{where} takes an array as one batch (its terms are "
+                            f"the batch's, one step per epoch): batch_size None or {len(x)}, "
+                            f"got {batch_size}; for minibatches give "
+                            "mesc_tf.training.minibatches(x, batch_size) with steps_per_epoch=1")
+        return len(x)

@@ -61,7 +61,7 @@ def configure_runtime(seed=None, deterministic=True):
 def _finite_images(x, what):
     """``x`` as float32, refusing NaN or inf pixels as fit refuses them in an array: a model's
     fit cannot see a dataset's pixels before its steps (a decoupled model's C stayed finite)."""
-    x = tf.convert_to_tensor(x, tf.float32)
+    x = tf.cast(tf.convert_to_tensor(x), tf.float32)  # a tensor of uint8 pixels, say
     if not bool(tf.reduce_all(tf.math.is_finite(x))):
         raise MescError(f"the images given to {what} hold NaN or inf pixels; clean or drop "
                         "those images first")

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from mesc_tf.config import DATASETS, Architecture, get_config
+from mesc_tf.errors import MescError
 from mesc_tf.model import ConvAutoEncoder, MESCNet
 
 pytestmark = pytest.mark.usefixtures("runtime")
@@ -932,3 +933,40 @@ def test_autoencoder_refuses_what_is_not_an_architecture():
         with pytest.raises(MescError, match=r"needs a mesc_tf.config.Architecture, got "
                                             r".*get_config\(name\).arch"):
             ConvAutoEncoder(given)
+
+
+def test_pretrain_net_takes_an_array_as_one_batch():
+    """Keras' default batch of 32 made PretrainNet.fit(x) take several shuffled steps per
+    epoch, and evaluate(x) return the last batch's terms only (those of the last 8 of 40
+    images); minibatches come as training.minibatches' dataset instead."""
+    from mesc_tf.model import PretrainNet
+    from mesc_tf.training import adam, configure_runtime
+
+    configure_runtime(0)
+    x = np.random.default_rng(0).random((40, *TINY.image_shape, 1)).astype(np.float32)
+    net = PretrainNet(ConvAutoEncoder(TINY))
+    net.compile(optimizer=adam(1e-3))
+    net.fit(x, epochs=2, verbose=0)
+    assert int(net.optimizer.iterations) == 2
+    terms = net.evaluate(x, verbose=0, return_dict=True)
+    whole = {k: float(v) for k, v in net.compute_terms(x).items()}
+    assert terms == pytest.approx(whole, rel=1e-6)
+    for call in (lambda: net.fit(x, batch_size=8, verbose=0),
+                 lambda: net.evaluate(x, batch_size=8, verbose=0)):
+        with pytest.raises(MescError, match="takes an array as one batch .* batch_size None "
+                                            "or 40, got 8; for minibatches give "
+                                            r"mesc_tf.training.minibatches\(x, batch_size\)"):
+            call()
+
+
+def test_full_batch_takes_tensors_of_any_pixel_type():
+    """A tf.Tensor of uint8 or float64 pixels failed in tf.convert_to_tensor(x, float32);
+    arrays of those types were taken."""
+    from mesc_tf.training import full_batch, minibatches
+
+    for dtype in (np.uint8, np.float64):
+        x = tf.constant(np.arange(4 * 64).reshape(4, 8, 8, 1) % 200, dtype=dtype)
+        (batch,) = full_batch(x).take(1)
+        assert batch.dtype == tf.float32 and float(batch[0, 0, 1, 0]) == 1.0
+        (batch,) = minibatches(x, 2).take(1)
+        assert batch.shape == (2, 8, 8, 1) and batch.dtype == tf.float32
