@@ -924,3 +924,18 @@ def test_propack_is_seeded_and_its_failures_go_to_arpack(monkeypatch):
         labels = pc.cluster(C, 5, 0.2, 4, 8.0, "mesc", seed=0, info=info)
         assert info["svd"] == "ARPACK on sparse CᵀC" and not info["ill_posed"], fake
         np.testing.assert_array_equal(labels, reference)
+
+
+def test_an_info_dict_used_again_does_not_carry_an_earlier_flag():
+    """cluster() kept what a dict already held: an ill_posed True (and the strict route's
+    fallback) of an earlier C stayed set for a well-posed one, and strict recomputed it."""
+    C, _ = trained_like(1)
+    info = {}
+    pc.cluster(np.full((160, 160), 1e-4, np.float32), 5, 0.2, 4, 2.0, "mesc", seed=0,
+               info=info, method="strict")
+    assert info["ill_posed"] and "fallback" in info  # a constant C: no structure
+    labels = pc.cluster(C, 5, 0.2, 4, 2.0, "mesc", seed=0, info=info, method="strict")
+    fresh = {}
+    again = pc.cluster(C, 5, 0.2, 4, 2.0, "mesc", seed=0, info=fresh, method="strict")
+    assert info == fresh and not info["ill_posed"] and "fallback" not in info
+    np.testing.assert_array_equal(labels, again)

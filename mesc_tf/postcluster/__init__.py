@@ -126,7 +126,8 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     passed as ``info`` receives the route (``method``) and, on the fast and strict routes, which
     solvers ran, the gaps checked and ``ill_posed`` (where strict recomputes, ``svd``,
     ``spectral``, ``spectral_min_gap`` and ``discretize_margin`` are the recomputation's;
-    ``svd_gap`` and ``ill_posed`` stay the fast route's).
+    ``svd_gap`` and ``ill_posed`` stay the fast route's). It is emptied first: a flag of an
+    earlier call must not carry over to this one.
     """
     method = check_post_method(method)
     check_variant(variant)
@@ -135,6 +136,7 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     if info is not None and not isinstance(info, dict):
         raise MescError(f"info must be a dict (it receives the solvers used), got {info!r}")
     info = {} if info is None else info
+    info.clear()
     info["method"] = method
     C = check_square(C, "thrC")
     check_ratio(thr)
