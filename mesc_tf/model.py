@@ -41,15 +41,19 @@ def transposed_output_padding(size_in, size_out):
     return None if all(p == 1 for p in pads) else pads
 
 
-def _own_initializer(initializer):
-    """``initializer`` for one layer. A Keras initializer object draws from a seed fixed when it
-    is made, so one object shared by the layers drew the same values for each (every decoder
-    kernel was its mirrored encoder kernel): each layer gets its own copy, with a seed of its
-    own unless the object was given one."""
+def _own_initializer(initializer, index):
+    """``initializer`` for the layer numbered ``index``. A Keras initializer object draws from
+    a seed fixed when it is made, so one object shared by the layers drew the same values for
+    each (every decoder kernel was its mirrored encoder kernel): each layer gets its own copy,
+    with a seed of its own, or, where the object was given a whole-number seed, that seed plus
+    the layer's index (reproducible, and still one draw per layer)."""
     if isinstance(initializer, str) and initializer == "truncated_normal":
         return keras.initializers.TruncatedNormal(stddev=0.1)  # tf.truncated_normal, TF1 style
     if isinstance(initializer, keras.initializers.Initializer):
-        return type(initializer).from_config(initializer.get_config())
+        config = initializer.get_config()
+        if is_whole(config.get("seed")):
+            config["seed"] += index
+        return type(initializer).from_config(config)
     return initializer
 
 
@@ -224,7 +228,7 @@ class ConvAutoEncoder(keras.Model):
         conv = dict(strides=2, padding="same", activation="relu", bias_initializer="zeros")
         self.encoder_layers = [
             keras.layers.Conv2D(c, k, name=f"enc_{i}", **conv,
-                                kernel_initializer=_own_initializer(kernel_initializer))
+                                kernel_initializer=_own_initializer(kernel_initializer, i))
             for i, (k, c) in enumerate(zip(arch.kernels, arch.channels))
         ]
         sizes = encoder_sizes(arch)
@@ -236,7 +240,7 @@ class ConvAutoEncoder(keras.Model):
             self.decoder_layers.append(keras.layers.Conv2DTranspose(
                 filters, arch.kernels[i], name=f"dec_{j}",
                 output_padding=transposed_output_padding(sizes[i + 1], sizes[i]), **conv,
-                kernel_initializer=_own_initializer(kernel_initializer)))
+                kernel_initializer=_own_initializer(kernel_initializer, n_layers + j)))
         self.latent_shape = (*sizes[-1], arch.channels[-1])
 
     def __call__(self, x, *args, **kwargs):

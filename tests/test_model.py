@@ -891,15 +891,24 @@ def test_evaluate_and_predict_steps_must_be_whole_executions():
 
 
 @pytest.mark.parametrize("initializer", ["truncated_normal", "he_normal", "glorot_uniform",
-                                         "instance"])
+                                         "instance", "seeded instance"])
 def test_every_layer_draws_its_own_kernel(initializer):
     """One Keras initializer object draws the same values at every call; shared by the layers
     (truncated_normal, or an object given), each decoder kernel was its mirrored encoder kernel
-    and every kernel began with the same numbers. TF1 drew each layer on its own."""
+    and every kernel began with the same numbers. TF1 drew each layer on its own. An object
+    with a seed of its own gave each layer that seed: the same again."""
     import keras
 
     if initializer == "instance":
         initializer = keras.initializers.TruncatedNormal(stddev=0.1)
+    if initializer == "seeded instance":
+        initializer = keras.initializers.HeNormal(seed=1)
+        again = ConvAutoEncoder(get_config("orl").arch,
+                                kernel_initializer=keras.initializers.HeNormal(seed=1))
+        first = ConvAutoEncoder(get_config("orl").arch, kernel_initializer=initializer)
+        for a, b in zip(again.build_for_input().get_weights(),
+                        first.build_for_input().get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)  # the seed still fixes the draws
     ae = ConvAutoEncoder(get_config("orl").arch, kernel_initializer=initializer).build_for_input()
     kernels = [layer.kernel.numpy().ravel() for layer in ae.named_layers]
     firsts = {float(k[0]) for k in kernels}
