@@ -537,6 +537,15 @@ def mean_std(values):
     return st["mean"], st["std"]
 
 
+def acc_nmi(clusterings) -> dict:
+    """acc_mean, acc_std, nmi_mean and nmi_std (mean_std) over a run's seeds' clusterings."""
+    out = {}
+    for metric in ("acc", "nmi"):
+        out[f"{metric}_mean"], out[f"{metric}_std"] = mean_std(
+            [c["metrics"][metric] for c in clusterings])
+    return out
+
+
 def pm(mean, std, scale=100.0, digits=2):
     """'mean ± std' (× scale), 'mean' for a single seed (std None), or '–'."""
     if mean is None:

@@ -64,16 +64,14 @@ def run_dataset(d, args, results):
                 c.update(confusion=M.tolist(), recall=rec_.tolist(), precision=prec.tolist())
             rec = results.put(key, spec, {"finetune_s": t.finetune_s, "clusterings": clusterings})
         cl = rec["result"]["clusterings"]
-        acc = common.mean_std([c["metrics"]["acc"] for c in cl])
-        nmi = common.mean_std([c["metrics"]["nmi"] for c in cl])
-        out[method] = {"title": common.METHODS[method], "acc_mean": acc[0], "acc_std": acc[1],
-                       "nmi_mean": nmi[0], "nmi_std": nmi[1],
+        scores = common.acc_nmi(cl)
+        out[method] = {"title": common.METHODS[method], **scores,
                        "finetune_s": rec["result"]["finetune_s"],
                        "per_seed": [{k: c[k] for k in ("seed", "metrics", "confusion", "recall",
                                                         "precision")} for c in cl]}
         n_classes = len(cl[0]["recall"])
         worst = min(range(n_classes), key=cl[0]["recall"].__getitem__)
-        print(f"    ACC {acc[0]:.4f}, seed {cl[0]['seed']}: worst recall "
+        print(f"    ACC {scores['acc_mean']:.4f}, seed {cl[0]['seed']}: worst recall "
               f"{cl[0]['recall'][worst]:.3f} (class {common.class_names(name, n_classes)[worst]})")
     return d, out
 

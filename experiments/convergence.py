@@ -74,8 +74,7 @@ def run_dataset(d, args, results):
             "clusterings": common.cluster_seeds(t.coef, d, settings, args.seeds)})
     res = rec["result"]
     curves = weighted(res["history"], rec["spec"]["settings"])
-    acc = common.mean_std([c["metrics"]["acc"] for c in res["clusterings"]])
-    nmi = common.mean_std([c["metrics"]["nmi"] for c in res["clusterings"]])
+    scores = common.acc_nmi(res["clusterings"])
     loss = curves["loss"]
     out = {"n": d.n, "n_clusters": d.n_clusters, "settings": rec["spec"]["settings"],
            "autoencoder": rec["spec"]["autoencoder"],
@@ -83,9 +82,9 @@ def run_dataset(d, args, results):
            "first_loss": loss[0] if loss else None, "last_loss": loss[-1] if loss else None,
            "rises_at_start": bool(len(loss) > 1 and max(loss[1:6]) > loss[0]),
            "steps_to_within_1pct": steps_to_within(loss, 0.01),
-           "acc_mean": acc[0], "acc_std": acc[1], "nmi_mean": nmi[0], "nmi_std": nmi[1]}
+           **scores}
     print(f"  {out['steps']} steps, loss {out['first_loss']} -> {out['last_loss']}, "
-          f"ACC {acc[0]}")
+          f"ACC {scores['acc_mean']}")
     return out
 
 

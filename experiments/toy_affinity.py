@@ -103,15 +103,13 @@ def run_dataset(d, args, results):
             coef = t.coef
         A = normalised(coef, args.signed, args.zero_diagonal)
         blocks, off = block_stats(A, d.y)
-        acc = common.mean_std([c["metrics"]["acc"] for c in rec["result"]["clusterings"]])
-        nmi = common.mean_std([c["metrics"]["nmi"] for c in rec["result"]["clusterings"]])
+        scores = common.acc_nmi(rec["result"]["clusterings"])
         out[method] = {"A": A, "blocks": blocks, "offdiag_mean": off,
-                       "cosine_to_ideal": cosine(A, ideal_matrix(d.y)),
-                       "acc_mean": acc[0], "acc_std": acc[1], "nmi_mean": nmi[0], "nmi_std": nmi[1],
+                       "cosine_to_ideal": cosine(A, ideal_matrix(d.y)), **scores,
                        "finetune_s": rec["result"]["finetune_s"],
                        "settings": rec["spec"]["settings"]}
         print(f"    cosine to ideal {out[method]['cosine_to_ideal']:.4f}, block variances "
-              f"{[round(b['variance'], 5) for b in blocks]}, ACC {acc[0]:.4f}")
+              f"{[round(b['variance'], 5) for b in blocks]}, ACC {scores['acc_mean']:.4f}")
     return d, out
 
 

@@ -104,17 +104,16 @@ def run_dataset(d, args, results):
         colors = d.y[sub] if args.color_by == "truth" else best_map(d.y, labels)[sub]
         h = common.mean_std([c["homogeneity"] for c in cl])
         c_ = common.mean_std([c["completeness"] for c in cl])
-        acc = common.mean_std([c["metrics"]["acc"] for c in cl])
-        nmi = common.mean_std([c["metrics"]["nmi"] for c in cl])
+        scores = common.acc_nmi(cl)
         panels.append({"method": method, "title": common.METHODS[method], "emb": emb,
                        "colors": colors, "homogeneity": h[0], "homogeneity_std": h[1],
                        "completeness": c_[0], "completeness_std": c_[1],
-                       "acc_mean": acc[0], "acc_std": acc[1], "nmi_mean": nmi[0],
-                       "nmi_std": nmi[1], "finetune_s": rec["result"]["finetune_s"],
+                       **scores, "finetune_s": rec["result"]["finetune_s"],
                        "per_seed": [{"seed": c["seed"], "homogeneity": c["homogeneity"],
                                      "completeness": c["completeness"], **c["metrics"]}
                                     for c in cl]})
-        print(f"    homogeneity {h[0]:.4f}, completeness {c_[0]:.4f}, ACC {acc[0]:.4f}")
+        print(f"    homogeneity {h[0]:.4f}, completeness {c_[0]:.4f}, "
+              f"ACC {scores['acc_mean']:.4f}")
     return d, m, panels
 
 
