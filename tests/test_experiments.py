@@ -1822,3 +1822,38 @@ def test_set_epochs_is_not_overridden_by_smoke():
     args = confusion.parse_args(["--smoke", "--set", "our.epochs=7"])
     assert configure(method_settings("orl", "our"), args, "our").epochs == 7
     assert confusion.parse_args(["--smoke"]).epochs == SMOKE["epochs"]
+
+
+def test_orl_gap_prints_the_figures_of_both_autoencoders(synthetic_data, synthetic_tf1,
+                                                         tmp_path, monkeypatch, capsys):
+    """experiments/orl_gap.py (pretrained/HISTORY.md's session 64 figures) on random ORL-shaped
+    data: one line per auto-encoder, then the grid's line (one setting here) and the best of
+    each; a missing auto-encoder is one error line."""
+    from mesc_tf import cli
+    from mesc_tf.config import get_config
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.training import configure_runtime
+    from mesc_tf.weights import save_autoencoder
+
+    mod = load_script("experiments/orl_gap.py")
+    monkeypatch.setattr(mod, "THRS", (0.2,))
+    monkeypatch.setattr(mod, "DIMS", (3,))
+    monkeypatch.setattr(mod, "POWERS", (1.0,))
+    configure_runtime(0)
+    ours = save_autoencoder(ConvAutoEncoder(get_config("orl").arch).build_for_input(),
+                            tmp_path / "ours.h5")
+    base = ["--data-dir", str(synthetic_data), "--tf1-checkpoint", str(synthetic_tf1["orl"]),
+            "--epochs", "2"]
+    assert mod.main([*base, "--weights", str(ours)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("authors' (TF1 checkpoint ") and out[1].startswith("ours (")
+    for line in out[:2]:
+        assert re.search(r"code offset / spread [\d.]+ before, [\d.]+ after .*C row sums "
+                         r"[\d.]+ ± [\d.]+.*top 1/3/9 in the subject [\d.]+/[\d.]+/[\d.]+ %; "
+                         r"ACC [\d.]+ %$", line), line
+    assert out[2].startswith("1 post-clustering settings") and "ours ahead at" in out[2]
+    assert out[3].startswith("best of the grid, authors': ") and out[3].endswith("(0.2, 3, 1.0)")
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: mod.main([*base, "--weights", str(tmp_path / "none.h5")]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "none.h5 not found" in err

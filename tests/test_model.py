@@ -321,7 +321,6 @@ def test_autoencoder_refuses_images_of_another_size_and_takes_uint8():
     """The convolutions take any size, and the decoder then returned a reconstruction of
     another size (17x15 in, 18x16 out) without a word; images without their channel axis
     failed inside Keras. uint8 pixels are cast, as float32 gives the same codes."""
-    from mesc_tf.errors import MescError
 
     ae = ConvAutoEncoder(TINY).build_for_input()
     for bad in (np.zeros((2, 9, 7, 1), np.float32), np.zeros((2, 8, 8, 3), np.float32)):
@@ -390,7 +389,6 @@ def test_mescnet_fit_takes_an_array_as_one_batch_in_order():
     """Keras' fit defaults (batch_size 32, shuffle=True) would permute the rows of the one
     batch, so C's row i would stop being sample i's; MESCNet takes an array's batch size as
     n and never shuffles it. fit(x) equals one step per epoch on full_batch(x)."""
-    from mesc_tf.errors import MescError
     from mesc_tf.training import full_batch
 
     model, x = tiny_mescnet(6)
@@ -436,7 +434,6 @@ def test_mescnet_fit_takes_an_array_as_one_batch_in_order():
 def test_mescnet_steps_per_execution_must_divide_steps_per_epoch():
     """Keras runs whole executions: steps_per_epoch 1 with steps_per_execution 3 ran 3 steps
     per epoch on full_batch's repeated dataset. A multiple runs the steps asked for."""
-    from mesc_tf.errors import MescError
     from mesc_tf.training import full_batch
 
     model, x = tiny_mescnet(6)
@@ -455,7 +452,6 @@ def test_an_endless_dataset_without_steps_is_refused_not_run_forever():
     """full_batch(x) repeats forever: fit without steps_per_epoch (or evaluate, predict
     without steps) ran its first epoch until killed. It is one line now, before any step;
     with the steps given it runs."""
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
     from mesc_tf.training import adam, full_batch
 
@@ -491,7 +487,6 @@ def test_a_refused_fit_leaves_the_model_trainable(monkeypatch):
     trace). A step whose trace fails all the same no longer spoils the model: Adam's slots were
     first made in the traced step, so the next fit raised "Creating variables on a non-first
     call to a function". Afterwards fit(x) takes the step a fresh model takes."""
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
     from mesc_tf.training import adam, full_batch
 
@@ -535,7 +530,6 @@ def test_models_refuse_what_their_own_loss_would_ignore(tmp_path):
     determinism Keras turned jit_compile=True off with a warning that blamed the model."""
     import keras
 
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
     from mesc_tf.training import adam, configure_runtime
 
@@ -587,7 +581,6 @@ def test_models_refuse_a_mixed_precision_policy():
     """Under mixed_float16 fit failed inside the loss (float16 against float32)."""
     import keras
 
-    from mesc_tf.errors import MescError
 
     keras.config.set_dtype_policy("mixed_float16")
     try:
@@ -672,7 +665,6 @@ def test_overrides_take_keras_positional_arguments_and_load_a_jit_model(tmp_path
     import keras
 
     from mesc_tf import MescWarning
-    from mesc_tf.errors import MescError
     from mesc_tf.training import adam, configure_runtime
 
     model, x = tiny_mescnet(6)
@@ -700,7 +692,6 @@ def test_a_batch_of_another_size_is_one_line_before_keras_wraps_it():
     a direct call) reached the check in call(), inside Keras' __call__, which wrapped the
     MescError in lines of its own ("Exception encountered when calling MESCNet.call()", the
     arguments, colour codes). It is one line now, and the model trains afterwards."""
-    from mesc_tf.errors import MescError
     from mesc_tf.training import adam, full_batch
 
     model, x = tiny_mescnet(6)
@@ -720,7 +711,6 @@ def test_on_batch_calls_take_what_fit_takes():
     another size failed with TF's graph error (its step does not know the size when traced);
     test_on_batch and predict_on_batch took NaN pixels too. They are refused as fit refuses
     them, and a full batch trains as fit does."""
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
     from mesc_tf.training import adam
 
@@ -755,7 +745,6 @@ def test_saving_in_keras_legacy_hdf5_is_refused(tmp_path):
     is written; .keras loads back."""
     import keras
 
-    from mesc_tf.errors import MescError
     from mesc_tf.training import adam
 
     model, x = tiny_mescnet(6)
@@ -780,7 +769,6 @@ def test_sample_weights_without_labels_are_refused_not_ignored():
     """evaluate(x, sample_weight=w) and fit(..., validation_data=(x, None, w)) gave the
     unweighted terms without a word (Keras does not pass weights on without y), while
     fit(x, sample_weight=w) and evaluate(x, x, sample_weight=w) were refused."""
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
     from mesc_tf.training import adam
 
@@ -803,7 +791,6 @@ def test_models_called_on_a_list_of_images():
     """model(list_of_images) failed with "AttributeError: 'list' object has no attribute
     'shape'" in the shape check, though encode takes such a list: a list is one tensor now,
     checked as an array is, and a dict is refused in one line."""
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
 
     model, x = tiny_mescnet(6)
@@ -821,7 +808,6 @@ def test_models_called_on_a_list_of_images():
 def test_full_batch_and_minibatches_refuse_nan_pixels():
     """fit refused NaN pixels in an array, but full_batch(x) of the same images trained: NaN
     losses and weights without a word, and a decoupled model's C finite, ready to cluster."""
-    from mesc_tf.errors import MescError
     from mesc_tf.training import full_batch, minibatches
 
     x = np.random.default_rng(0).random((6, *TINY.image_shape, 1), dtype=np.float32)
@@ -857,7 +843,6 @@ def test_evaluation_refuses_a_shuffling_dataset_as_fit_does():
     """fit refused a dataset with a shuffle step (row i of C is sample i), but evaluate, predict
     and fit's validation_data took one: terms and C·Z of samples paired with other samples' rows
     of C, without a word."""
-    from mesc_tf.errors import MescError
     from mesc_tf.training import adam
 
     model, x = tiny_mescnet(6)
@@ -877,7 +862,6 @@ def test_evaluate_and_predict_steps_must_be_whole_executions():
     """predict(full_batch(x), steps=1) under steps_per_execution 3 gave 3n rows (Keras runs
     whole executions on a repeated dataset), and evaluate ran 3 steps for 1: refused as fit's
     steps_per_epoch is; a multiple runs."""
-    from mesc_tf.errors import MescError
     from mesc_tf.training import adam, full_batch
 
     model, x = tiny_mescnet(6)
@@ -920,7 +904,6 @@ def test_every_layer_draws_its_own_kernel(initializer):
 def test_models_refuse_what_is_not_an_autoencoder():
     """load_autoencoder's (autoencoder, metadata) pair, a file name or another model given as
     the auto-encoder: one MescError naming what to give, not an AttributeError."""
-    from mesc_tf.errors import MescError
     from mesc_tf.model import PretrainNet
 
     model, _ = tiny_mescnet(4)
@@ -936,7 +919,6 @@ def test_models_refuse_what_is_not_an_autoencoder():
 def test_autoencoder_refuses_what_is_not_an_architecture():
     """A dataset's config, its name or a bare tuple for the architecture: one MescError, not
     an AttributeError ('DatasetConfig' object has no attribute 'kernels')."""
-    from mesc_tf.errors import MescError
 
     for given in (get_config("orl"), "orl", ((32, 32), (3,), (3,))):
         with pytest.raises(MescError, match=r"needs a mesc_tf.config.Architecture, got "
