@@ -24,7 +24,7 @@ import numpy as np
 
 from mesc_tf.config import get_config, is_whole
 from mesc_tf.errors import MescError, MescWarning, one_line
-from mesc_tf.files import as_path, permission_denied, sha256_of
+from mesc_tf.files import as_path, is_file, permission_denied, sha256_of
 
 ENV_VAR = "MESC_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
@@ -103,7 +103,7 @@ class _Root:
     def find(self, dataset: str, *names: str) -> Path:
         """The first of ``names`` (relative to the data folder) that is a file."""
         for name in names:
-            if (self.path / name).is_file():
+            if is_file(self.path / name):
                 return self.path / name
         looked = " or ".join(str(self.path / n) for n in names)
         gone = ("" if self.path.is_dir() else ", which is a file, not a folder"
@@ -135,11 +135,17 @@ def _read_mat(path: Path) -> dict[str, np.ndarray]:
             # v7.3 writes MATLAB's column-major arrays with the axes reversed: .T restores the
             # MATLAB shape, so fea is (n, pixels) and Y is (2016, 64, 38) in both layouts.
             with h5py.File(path, "r") as f:
+                sparse = [k for k, v in f.items() if "MATLAB_sparse" in v.attrs]
+                if sparse:  # a group of data/ir/jc, which v5 files hold as a sparse matrix
+                    raise MescError(f"{path} stores {', '.join(sparse)} as a sparse matrix in "
+                                    "MATLAB v7.3 format; save it dense (full()) or with -v7")
                 return {k: np.asarray(v[()]).T for k, v in f.items() if isinstance(v, h5py.Dataset)}
         mat = scipy.io.loadmat(str(path))
         # A variable MATLAB stored sparse comes back as a scipy.sparse matrix: make it dense.
         return {k: v.toarray() if hasattr(v, "toarray") else v for k, v in mat.items()
                 if not k.startswith("__")}
+    except MescError:
+        raise
     except Exception as e:  # scipy and h5py raise many types (ValueError, OSError, zlib, ...)
         _check_readable(path, e)
         raise MescError(
@@ -163,6 +169,9 @@ def _fea_gnd(path: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     mat = _read_mat(path)
     fea, gnd = _var(mat, "fea", path), _var(mat, "gnd", path).ravel()
     h, w = get_config(dataset).arch.image_shape
+    if fea.dtype.kind not in "biuf":  # a cell array, complex or text: before any range check
+        raise MescError(f"{path}: fea must hold real numbers, got dtype {fea.dtype}; this is "
+                        f"not the {dataset} file, check the data folder")
     if fea.ndim != 2 or h * w not in fea.shape:
         raise MescError(
             f"{path}: fea has shape {fea.shape} but {dataset} images are {h}x{w} = {h * w} "
@@ -202,7 +211,11 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     names the data in messages; ``size_hint(h, w)``, where given, words what fixed
     ``image_shape`` and what to do for images of another size h×w (default: the architecture).
     """
-    x = np.asarray(x)
+    try:
+        x = np.asarray(x)
+    except ValueError as e:  # a ragged list: images of different sizes
+        raise MescError(f"{where}: images are not one array ({one_line(e)}); pass images of "
+                        "one size as (n, height, width) or (n, height, width, 1)") from None
     if x.dtype.kind == "O":  # e.g. a list of arrays of different dtypes: numbers if they convert
         try:
             x = x.astype(np.float64)
@@ -385,6 +398,9 @@ def _load_eyaleb(root: _Root, n_subjects: int | None = None) -> Dataset:
             f"subjects) with {h}x{w} = {h * w} pixels per image; this is not YaleBCrop025.mat"
         )
     n_img, n_subj = Y.shape[1:]
+    if not n_img or not n_subj:
+        raise MescError(f"{path}: Y has shape {Y.shape}, no image; this is not YaleBCrop025.mat, "
+                        "check the data folder")
     k = n_subj if n_subjects is None else n_subjects
     if not (is_whole(k) and 1 <= k <= n_subj):
         raise MescError(

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -23,20 +24,35 @@ def as_path(value, what) -> Path:
 
 
 def sha256_of(paths) -> str:
-    """SHA-256 of the files' bytes, one after the other."""
+    """SHA-256 of the files' bytes, one after the other; a file that cannot be read is one
+    MescError."""
     h = hashlib.sha256()
     for p in paths:
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        try:
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError as e:
+            raise MescError(f"cannot read {p} ({one_line(e)}); make it readable to this user, "
+                            "or give a readable copy") from None
     return h.hexdigest()
+
+
+def is_file(path) -> bool:
+    """``Path(path).is_file()``, with a folder that cannot be searched (EACCES, which pathlib
+    re-raises) one MescError instead of a traceback."""
+    try:
+        return Path(path).is_file()
+    except OSError as e:
+        raise MescError(f"cannot look for {path} ({one_line(e)}); make its folder readable "
+                        "to this user, or use another one") from None
 
 
 def json_default(o):
     """``json.dumps(default=...)`` for NumPy scalars and arrays and paths."""
     import numpy as np
 
-    if isinstance(o, (np.integer, np.floating)):
+    if isinstance(o, np.generic):  # np.int64, np.float32, np.bool_, ...
         return o.item()
     if isinstance(o, np.ndarray):
         return o.tolist()
@@ -181,7 +197,9 @@ def read_backup_state(backup_dir) -> dict:
                  "seconds": float(state.get("seconds", 0.0))}
         if state["epoch"] < 0:
             raise ValueError(f"epoch {state['epoch']} is negative")
+        if not math.isfinite(state["seconds"]):
+            raise ValueError(f"seconds {state['seconds']} is not finite")
         return state
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
         raise MescError(f"cannot read the checkpoint {path} ({one_line(e)}); delete "
                         f"{backup_dir} (or pass --force without --resume) to start over") from None

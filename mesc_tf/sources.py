@@ -7,13 +7,14 @@ Sweeps resolve and hash in the parent process and load in the workers, so resolv
 (:meth:`AutoencoderSpec.load`, TensorFlow) are separate steps; :func:`get_autoencoder` does both.
 """
 
+import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError
-from mesc_tf.files import sha256_of
+from mesc_tf.files import as_path, is_file, sha256_of
 
 
 def pretrained_path(dataset: str) -> Path:
@@ -21,14 +22,14 @@ def pretrained_path(dataset: str) -> Path:
     writes by default: ``$MESC_PRETRAINED_DIR/<dataset>.h5``, else the checkout's pretrained/."""
     folder = os.environ.get("MESC_PRETRAINED_DIR")
     folder = Path(folder) if folder else Path(__file__).resolve().parents[1] / "pretrained"
-    return folder / f"{dataset}.h5"
+    return folder / f"{dataset.lower()}.h5"  # "ORL" as "orl", as get_config reads it
 
 
 def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --no-pretrain"):
     """:func:`pretrained_path` if that file exists, else one MescError that says how to make it
     or which ``options`` to pass instead."""
     path = pretrained_path(dataset)
-    if not path.is_file():
+    if not is_file(path):
         # The default folder is the checkout's; a non-editable install has none beside it.
         where = ("" if os.environ.get("MESC_PRETRAINED_DIR") else
                  ", or set MESC_PRETRAINED_DIR to a folder of them (a checkout's pretrained/)")
@@ -97,8 +98,8 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
 
         prefix = Path(tf1_prefix(dataset, tf1_checkpoint)).expanduser().absolute()
         index = Path(f"{prefix}.index")
-        data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
-        if not index.is_file() or not data:
+        data = sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"))
+        if not is_file(index) or not data:
             # ("original" without its .index was refused by tf1_prefix.)
             raise MescError(f"TF1 checkpoint {prefix} not found (need {index.name} and "
                             f"{prefix.name}.data-*); give the prefix without .index/.data")
@@ -108,7 +109,7 @@ def resolve_autoencoder(dataset=None, weights=None, tf1_checkpoint=None, no_pret
 
         # The experiments take NAME=PATH; elsewhere (run.py, the estimator) the path is the
         # user's own, and the hint is how to make a file.
-        path = require_h5(Path(weights).expanduser().absolute(),
+        path = require_h5(as_path(weights, "weights").expanduser().absolute(),
                           *([w] if per_dataset else []))
         return _checked(AutoencoderSpec("weights", str(path), sha256_of([path])), arch)
     if no_pretrain:

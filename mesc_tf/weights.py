@@ -20,7 +20,8 @@ import numpy as np
 
 from mesc_tf.config import Architecture
 from mesc_tf.errors import MescError, one_line
-from mesc_tf.files import as_path, atomic_file, json_default, make_parent, permission_denied
+from mesc_tf.files import (as_path, atomic_file, is_file, json_default, make_parent,
+                           permission_denied)
 
 FORMAT = "mesc-tf-autoencoder"
 VERSION = 1
@@ -41,8 +42,9 @@ ORIGINAL_CHECKPOINTS = {
 
 def default_tf1_dir() -> Path:
     """$MESC_TF1_DIR, else ../shared/pretrained-tf1 beside the checkout."""
-    return Path(os.environ.get("MESC_TF1_DIR",
-                               Path(__file__).resolve().parents[2] / "shared" / "pretrained-tf1"))
+    # Empty counts as unset, as for MESC_DATA_DIR and MESC_PRETRAINED_DIR.
+    return Path(os.environ.get("MESC_TF1_DIR")
+                or Path(__file__).resolve().parents[2] / "shared" / "pretrained-tf1")
 
 
 def tf1_prefix(dataset: str, value: str) -> str:
@@ -51,13 +53,14 @@ def tf1_prefix(dataset: str, value: str) -> str:
     authors' checkpoint of that dataset (ORIGINAL_CHECKPOINTS under default_tf1_dir)."""
     if value != "original":
         return _strip_checkpoint_suffix(value)
+    dataset = dataset.lower() if isinstance(dataset, str) else dataset  # as get_config
     if dataset not in ORIGINAL_CHECKPOINTS:  # get_autoencoder(arch, tf1_checkpoint="original")
         raise MescError(f"'original' names the authors' checkpoint of a dataset, but the dataset "
                         f"is {dataset!r}; give one of {', '.join(ORIGINAL_CHECKPOINTS)}, or a "
                         "checkpoint prefix")
     prefix = default_tf1_dir() / ORIGINAL_CHECKPOINTS[dataset]
     # Checked here, where "original" is still known: the callers see only the prefix.
-    if not Path(f"{prefix}.index").is_file():
+    if not is_file(f"{prefix}.index"):
         where = ("has no " + ORIGINAL_CHECKPOINTS[dataset] + ".index"
                  if default_tf1_dir().is_dir() else "does not exist")
         raise MescError(f"the authors' {dataset} checkpoint is not there: {default_tf1_dir()} "
@@ -75,7 +78,7 @@ def require_h5(path, how="make one with experiments/pretrain.py") -> Path:
     """``path`` as a Path if it is a file, else one MescError: not found or a folder, and
     ``how`` to get one."""
     path = as_path(path, "auto-encoder file")
-    if not path.is_file():
+    if not is_file(path):
         found = "is a folder" if path.is_dir() else "not found"
         raise MescError(f"auto-encoder file {path} {found}; give an existing .h5 file ({how})")
     return path

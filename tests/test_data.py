@@ -613,3 +613,67 @@ def test_benchmark_with_another_class_count_names_the_file_not_n_clusters(tmp_pa
                        tmp_path)
     assert "not the expected orl file" in msg and "n_clusters" not in msg
     assert msg.endswith("give the benchmark's file (README, 'Data')")  # what to do
+
+
+# --- review of session 65: inputs that gave a traceback or a wrong message -------------------
+
+
+def test_a_data_folder_that_cannot_be_searched_is_one_error(tmp_path, monkeypatch):
+    """A folder without search permission (pathlib re-raises EACCES from is_file) is one
+    MescError naming the path, not a PermissionError traceback (as root, chmod denies nothing:
+    is_file stands in)."""
+    import errno
+    import pathlib
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "is_file", denied)
+    msg = expect_error("cannot look for .*Permission denied.*make its folder readable",
+                       load_dataset, "coil20", tmp_path / "locked")
+    assert str(tmp_path / "locked") in msg
+
+
+@pytest.mark.parametrize("dataset,file,fea", [
+    ("usps", "USPS.mat", np.full((30, 256), 0.5 + 1j)),
+    ("usps", "USPS.mat", np.array([[np.array([[0.5]])] * 256] * 30, dtype=object)),
+    ("coil20", "COIL20.mat", np.full((40, 1024), 0.5 + 1j))])
+def test_fea_that_is_not_real_numbers_is_refused_before_its_range_is_read(
+        tmp_path, dataset, file, fea):
+    """A complex or cell-array fea: USPS's range check ran first (a TypeError traceback from a
+    cell array; a complex one loaded with its imaginary part dropped)."""
+    gnd = np.repeat(np.arange(1, 11 if dataset == "usps" else 21), 3 if dataset == "usps" else 2)
+    savemat(tmp_path / file, fea=fea, gnd=gnd[:, None])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning on the way
+        expect_error(f"fea must hold real numbers, got dtype {fea.dtype}", load_dataset, dataset,
+                     tmp_path)
+
+
+@pytest.mark.parametrize("shape", [(64, 0), (0, 38)])
+def test_eyaleb_y_without_images_is_called_so(tmp_path, shape):
+    """Y of shape (2016, 64, 0) said "n_subjects must be a whole number in 1..0, got None",
+    an option the user never passed."""
+    save_v73(tmp_path / "YaleBCrop025.mat", Y=np.zeros((2016, *shape)))
+    msg = expect_error(r"Y has shape \(2016, \d+, \d+\), no image", load_dataset, "eyaleb",
+                       tmp_path)
+    assert "n_subjects" not in msg
+
+
+def test_v73_sparse_variable_is_named_not_called_missing(tmp_path):
+    """MATLAB v7.3 stores a sparse matrix as a group (data, ir, jc): the loader said the file
+    had no 'fea'."""
+    fea, gnd = fea_gnd(20, 2)
+    with h5py.File(tmp_path / "COIL20.mat", "w") as f:
+        g = f.create_group("fea")
+        g.attrs["MATLAB_sparse"] = 1024
+        g["data"], g["ir"], g["jc"] = np.ones(3), np.arange(3), np.zeros(41, np.int64)
+        f["gnd"] = gnd.T
+    msg = expect_error("stores fea as a sparse matrix in MATLAB v7.3 format", load_dataset,
+                       "coil20", tmp_path)
+    assert "no variable" not in msg and "corrupt" not in msg
+
+
+def test_validate_images_refuses_a_ragged_list_in_one_line():
+    expect_error("input: images are not one array", validate_images,
+                 [np.zeros((4, 5)), np.zeros((4, 6))])

@@ -1715,7 +1715,9 @@ def test_save_npy_writes_float32_into_a_new_folder(tmp_path):
 @pytest.mark.parametrize("text", ['{"weights": "w.weights.h5", "epoch": null}',
                                   '{"weights": "w.weights.h5", "epoch": 5',
                                   '{"weights": "w.weights.h5", "epoch": "five"}', "[1, 2]",
-                                  '{"weights": "w.weights.h5", "epoch": -5}'])
+                                  '{"weights": "w.weights.h5", "epoch": -5}',
+                                  '{"weights": "w.weights.h5", "epoch": Infinity}',
+                                  '{"weights": "w.weights.h5", "epoch": 5, "seconds": 1e999}'])
 def test_a_damaged_state_json_is_one_error(tmp_path, text):
     """Whatever is wrong in state.json (a null, a cut-off file, a word, a list) is the same
     MescError that says to start over, not a traceback."""

@@ -3,6 +3,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -539,3 +540,68 @@ def test_a_file_where_the_folder_should_be_is_one_error(tmp_path, synthetic_tf1)
                  synthetic_tf1["orl"], get_config("orl").arch.image_shape, tmp_path / "c.h5",
                  metadata=[1])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.h5"]
+
+
+# --- review of session 65: where an auto-encoder is found ------------------------------------
+
+
+def test_resolving_weights_checks_the_argument_and_the_file(saved, monkeypatch):
+    """weights=5 was pathlib's TypeError; a file this user may not read was a PermissionError
+    from hashing it, before anything else read it."""
+    import errno
+
+    from mesc_tf import files
+    from mesc_tf.sources import resolve_autoencoder
+
+    expect_error("weights must be a path .*got int 5", resolve_autoencoder, "orl", weights=5)
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(files, "open", denied, raising=False)  # found before the builtin
+    msg = expect_error("cannot read .*Permission denied.*make it readable", resolve_autoencoder,
+                       "orl", weights=saved[1])
+    assert str(saved[1]) in msg
+
+
+def test_a_checkpoint_prefix_may_hold_glob_characters(synthetic_tf1, tmp_path):
+    """orl[v1].ckpt was "not found": its name went into a glob pattern unescaped."""
+    import shutil
+
+    from mesc_tf.sources import resolve_autoencoder
+
+    prefix = synthetic_tf1["orl"]
+    for f in prefix.parent.glob(f"{prefix.name}.*"):
+        shutil.copy(f, tmp_path / f.name.replace(prefix.name, "orl[v1].ckpt"))
+    spec = resolve_autoencoder("orl", tf1_checkpoint=str(tmp_path / "orl[v1].ckpt"))
+    assert spec.kind == "tf1" and spec.sha256 == resolve_autoencoder(
+        "orl", tf1_checkpoint=str(prefix)).sha256
+
+
+def test_dataset_names_are_read_in_any_case_and_an_empty_tf1_dir_is_unset(
+        saved, synthetic_tf1_dir, tmp_path, monkeypatch):
+    """get_config and load_dataset take "ORL"; the auto-encoder lookups did not. An empty
+    MESC_TF1_DIR meant the current folder (MESC_DATA_DIR and MESC_PRETRAINED_DIR: unset)."""
+    import shutil
+
+    from mesc_tf.sources import resolve_autoencoder
+    from mesc_tf.weights import default_tf1_dir, tf1_prefix
+
+    shutil.copy(saved[1], tmp_path / "orl.h5")
+    monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
+    assert resolve_autoencoder("ORL").path == str(tmp_path / "orl.h5")
+    monkeypatch.setenv("MESC_TF1_DIR", str(synthetic_tf1_dir))
+    assert tf1_prefix("ORL", "original") == tf1_prefix("orl", "original")
+    monkeypatch.delenv("MESC_TF1_DIR")
+    unset = default_tf1_dir()
+    monkeypatch.setenv("MESC_TF1_DIR", "")
+    assert default_tf1_dir() == unset != Path(".")
+
+
+def test_metadata_may_hold_any_numpy_scalar(tmp_path):
+    """np.bool_ was refused ("not JSON serialisable: bool"), though NumPy scalars were said
+    to be handled."""
+    ae = ConvAutoEncoder(ARCH).build_for_input()
+    path = save_autoencoder(ae, tmp_path / "ae.h5", {"converged": np.bool_(True),
+                                                     "error": np.float32(0.5)})
+    assert load_autoencoder(path)[1]["converged"] is True
