@@ -75,7 +75,8 @@ def main(argv=None, cleanup=None):
     t0 = time.perf_counter()
     ds = data.load_dataset(args.dataset, args.data_dir)
     load_s = time.perf_counter() - t0
-    memory.check_memory(len(ds.x), cfg.arch, settings.subspace_dim * ds.n_clusters + 1)
+    memory.check_memory(len(ds.x), cfg.arch, settings.subspace_dim * ds.n_clusters + 1,
+                        args.post_method)
     out, made = cli.prepare_out_dir(
         args.out, f"{args.dataset}-{settings.framework}-{settings.regularizer}-seed{args.seed}",
         force=args.force, resume=args.resume)

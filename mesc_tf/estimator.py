@@ -332,7 +332,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             arch = self._architecture(x.shape[1:3])
             if weights is not None:
                 self._check_weights_architecture(weights, arch)
-        memory.check_memory(len(x), arch, settings.subspace_dim * k + 1)
+        memory.check_memory(len(x), arch, settings.subspace_dim * k + 1, self.post_method)
 
         # The order of experiments/pretrain.py followed by experiments/run.py.
         configure_runtime(seed)

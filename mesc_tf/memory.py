@@ -39,7 +39,14 @@ def _training_bytes_per_image(arch: Architecture) -> float:
     return 4 * 3.5 * per_image
 
 
-def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
+# Post-clustering's n² bytes beyond C: the fast route's one float64 buffer; the reference
+# route's dense float64 copies (pre-treated C, U·Uᵀ, the affinity, scikit-learn's Laplacian),
+# 36.3-36.5 n² by tracemalloc at n 2000-3000 (session 65); strict falls back to it.
+POST_N2_BYTES = {"fast": 8, "strict": 37, "reference": 37}
+
+
+def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121,
+                    post_method: str = "fast") -> int:
     """Bytes a run needs at its peak (MNIST-10k end to end: measured 3.36-3.89 GiB in session
     20, during fine-tuning; estimate 3.97). ``rank`` is post-clustering's SVD rank d·K + 1:
     run.py and the estimator pass their settings'; the figure scripts and sweeps, whose methods
@@ -54,32 +61,34 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121) -> int:
     their difference, their gradients and the products' outputs (about 8 n × p float32, p the
     code's size; COIL20's measured step, p = 3840 > n, peaked 10 % over the estimate
     without them: tests/test_reliability.py).
-    Post-clustering (postcluster's fast route; ``pipeline.run`` has dropped the model) then
-    holds C and the affinity/Laplacian/Cholesky buffer (one n² float64), the sparse thresholded
-    C and the n × r embedding (r = ``rank``, d·K + 1): less than fine-tuning (MNIST: 2.45 GiB).
-    The SVD's solvers work before that buffer exists, in less (PROPACK's basis is capped for
-    it: ``postcluster.fast.SVD_PROPACK_MAX_SHARE``).
+    Post-clustering (``pipeline.run`` has dropped the model) then holds C, the sparse
+    thresholded C and the n × r embedding (r = ``rank``, d·K + 1) and, by ``post_method``, the
+    fast route's affinity/Laplacian/Cholesky buffer (one n² float64): less than fine-tuning
+    (MNIST at r 321: 1.2 GiB against 3.2), or the reference route's dense copies
+    (``POST_N2_BYTES``; MNIST: 3.9 GiB, more than fine-tuning). The SVD's solvers work before the fast route's buffer exists,
+    in less (PROPACK's basis is capped for it: ``postcluster.fast.SVD_PROPACK_MAX_SHARE``).
     Plus the runtime. With TF's BFC allocator (``bfc_allocator``) the pool fine-tuning grew,
     ``BFC_POOL_FACTOR`` × its estimate, stays resident during post-clustering: the two add up.
     """
     n = int(n_samples)
     (h, w), c = encoder_sizes(arch)[-1], arch.channels[-1]
     train = 4 * 5.5 * n * n + n * _training_bytes_per_image(arch) + 4 * 8 * n * h * w * c
-    post = _post_bytes(n, rank)
+    post = _post_bytes(n, rank, post_method)
     if bfc_allocator():
         return int(BFC_POOL_FACTOR * train + post + RUNTIME_BYTES)
     return int(max(train, post) + RUNTIME_BYTES)
 
 
-def _post_bytes(n: int, rank: int) -> int:
-    return 4 * n * n + 8 * n * n + 16 * n * min(int(rank), n) + 64 * 2**20
+def _post_bytes(n: int, rank: int, post_method: str = "fast") -> int:
+    return ((4 + POST_N2_BYTES[post_method]) * n * n + 16 * n * min(int(rank), n)
+            + 64 * 2**20)
 
 
-def clustering_estimate(n_samples: int, rank: int = 121) -> int:
+def clustering_estimate(n_samples: int, rank: int = 121, post_method: str = "fast") -> int:
     """Bytes post-clustering alone needs at its peak, for a C that was not trained in this
     process (a sweep's C read from its cache): :func:`memory_estimate`'s post-clustering part
     and the runtime."""
-    return int(_post_bytes(int(n_samples), rank) + RUNTIME_BYTES)
+    return int(_post_bytes(int(n_samples), rank, post_method) + RUNTIME_BYTES)
 
 
 MEMORY_LIMIT_ENV = "MESC_MEMORY_LIMIT_BYTES"
@@ -188,13 +197,16 @@ def available_text() -> tuple[int, str]:
     return have, f"{size_text(have)} is available{why}"
 
 
-def check_memory(n_samples: int, arch: Architecture, rank: int = 121):
+def check_memory(n_samples: int, arch: Architecture, rank: int = 121, post_method="fast"):
     """:func:`memory_estimate` against the available memory (:func:`available_text`): MescError
     if it does not fit."""
-    need = memory_estimate(n_samples, arch, rank)
+    need = memory_estimate(n_samples, arch, rank, post_method)
     have, available = available_text()
     if need > have:
-        raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)} "
+        other = ("" if post_method == "fast" or memory_estimate(n_samples, arch, rank) > have
+                 else f" (the {post_method} post-clustering's dense copies; the fast one needs "
+                 "less)")
+        raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)}{other} "
                         f"but {available}; use a subset of the data or a machine with more "
                         "memory")
     return need

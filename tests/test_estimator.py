@@ -272,8 +272,10 @@ def test_weights_for_other_image_size_is_refused(tmp_path, images):
 
 
 def test_fit_predict_clusters_union_of_subspaces(fitted, images):
+    """fit_predict's labels are a separate fit's labels_ (fit_predict returns labels_ itself,
+    so comparing the two of one fit could not fail)."""
     x, y = images
-    np.testing.assert_array_equal(fitted.fit_predict_labels, fitted.labels_)
+    np.testing.assert_array_equal(fitted.fit_predict_labels, clone(fitted).fit(x).labels_)
     assert accuracy(y, fitted.labels_) >= 0.9
 
 
@@ -368,6 +370,13 @@ def test_random_state_none_draws_a_seed_from_numpy(images, monkeypatch):
     """None seeds from NumPy's global generator (scikit-learn's meaning), also where
     pretraining takes minibatches, whose order needs a seed."""
     monkeypatch.setattr(memory, "pretrain_batch_size", lambda n, arch, requested=None: 20)
+    seeds, pretrain = [], pipeline.pretrain  # the seed that orders the minibatches
+
+    def spy(*args, **kwargs):
+        seeds.append(kwargs.get("seed"))
+        return pretrain(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "pretrain", spy)
 
     def coef(global_seed, random_state=None):
         np.random.seed(global_seed)
@@ -382,6 +391,7 @@ def test_random_state_none_draws_a_seed_from_numpy(images, monkeypatch):
     assert not np.array_equal(seven, coef(8))  # the seed does come from NumPy
     drawn = int(np.random.RandomState(7).randint(2**31 - 1))  # what sklearn's None means
     np.testing.assert_array_equal(seven, coef(0, random_state=drawn))
+    assert seeds[0] == seeds[1] == seeds[3] == drawn != seeds[2]
 
 
 def test_negative_pixels_warn(images):

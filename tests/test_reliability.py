@@ -307,6 +307,57 @@ def test_problem_too_large_for_memory(files, tmp_path, capsys, monkeypatch):
         assert_one_error_line(err, f"MESC_MEMORY_LIMIT_BYTES='{value}' is not a number of bytes")
 
 
+def test_memory_check_counts_the_reference_post_clustering(files, tmp_path, capsys,
+                                                          monkeypatch):
+    """--post-method reference (and strict, which falls back to it) holds dense n² float64
+    copies the fast route does not: a run that fits by the fast route's figure was let through
+    and could be killed in post-clustering, with no error line."""
+    from mesc_tf import memory
+
+    arch = get_config("orl").arch
+    fast_most = memory.memory_estimate(120, arch, 10**6)  # any rank: capped at n
+    assert memory.memory_estimate(120, arch, 1, "reference") > fast_most
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, str(fast_most))
+    for method in ("reference", "strict"):
+        code, _, err = invoke(RUN, [*ORL, "--data-dir", files["dir"] / "orl", "--out",
+                                    tmp_path / "r", "--post-method", method], capsys)
+        assert code == 2
+        assert_one_error_line(err, "120 samples needs about",
+                              f"(the {method} post-clustering's dense copies; the fast one "
+                              "needs less)")
+        assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("post_method", ["fast", "reference"])
+def test_post_clustering_memory_estimate_covers_what_numpy_allocates(post_method):
+    """tracemalloc's peak of NumPy's buffers while a block-structured C of n 2000 is clustered,
+    with C itself, stays within the estimate's post-clustering part (reference: 36.5 n² beyond
+    C measured in session 65, where 8 n² were counted before)."""
+    import tracemalloc
+
+    from mesc_tf import memory
+    from mesc_tf.config import Settings
+    from mesc_tf.pipeline import cluster
+
+    n, k = 2000, 10
+    rng = np.random.default_rng(0)
+    coef = rng.random((n, n), dtype=np.float32) * 0.01
+    for i in range(k):
+        block = slice(i * n // k, (i + 1) * n // k)
+        coef[block, block] += rng.random((n // k, n // k), dtype=np.float32)
+    np.fill_diagonal(coef, 0)
+    settings = Settings()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cluster(coef, k, settings, post_method=post_method)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    rank = settings.subspace_dim * k + 1
+    assert coef.nbytes + peak <= memory._post_bytes(n, rank, post_method)
+
+
 def test_memory_limit_only_lowers_what_is_available(monkeypatch):
     """MESC_MEMORY_LIMIT_BYTES is a cap: above the machine's memory it changes nothing (it
     replaced the figure before, so a large value switched the check off)."""
