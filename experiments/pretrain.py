@@ -273,6 +273,8 @@ def main(argv=None, cleanup=None):
                     "checkpoint_every": args.checkpoint_every, "data_files": ds.file_hashes}
     # The input is checked: only now make folders, and replace an unfinished checkpoint.
     if args.tensorboard:
+        if cleanup is not None:  # its logs stay only beside a checkpoint a resume continues
+            cleanup.extend(cli.new_folder(args.tensorboard, ckpt))
         cli.writable_dir(args.tensorboard, "--tensorboard DIR")
     if not args.resume:
         if args.force:

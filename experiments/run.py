@@ -10,6 +10,7 @@ overridable), runs the shared post-clustering, prints ACC/NMI/PUR/ARI/F1 and wri
 results.json into the run directory.
 """
 
+import shlex
 import shutil
 import sys
 import time
@@ -86,7 +87,9 @@ def main(argv=None, cleanup=None):
     if tb is not None and tb.exists():
         cli.writable_dir(tb, "--out DIR (its tb/ is not a writable folder)")
     backup = out / "checkpoint" if (args.checkpoint_every or args.resume) else None
-    _checkpointing[0] = backup
+    # For the Ctrl-C line: a run folder made under runs/ must be named to resume it.
+    _checkpointing[:] = [backup, "--resume" if args.out else
+                         f"--resume --out {shlex.quote(str(out))}"]
     saved = _check_checkpoint(args, out, settings, ds.file_hashes)
     before = read_backup_state(backup) if args.resume else None  # the steps kept, their seconds
     if args.resume and args.checkpoint_every is None:  # keep saving as the first run did
@@ -243,9 +246,9 @@ def _check_checkpoint(args, out, settings, data_files):
     return saved
 
 
-_checkpointing = [None]  # the checkpoint folder, for the Ctrl-C line
+_checkpointing = [None, "--resume"]  # the checkpoint folder and how to resume, for Ctrl-C
 
 if __name__ == "__main__":
     _cleanup = []
     cli.main_guard(lambda: main(cleanup=_cleanup), _cleanup,
-                   interrupted=lambda: cli.training_interrupted(_checkpointing[0]))
+                   interrupted=lambda: cli.training_interrupted(*_checkpointing))

@@ -176,9 +176,24 @@ class IfEmpty:
         self.path = Path(path)
 
 
+class WithCheckpoint:
+    """A cleanup entry for a folder that goes with a checkpoint (TensorBoard logs, which a
+    resumed run appends to): removed only where ``checkpoint`` holds no state.json by then."""
+
+    def __init__(self, path, checkpoint):
+        self.path, self.checkpoint = Path(path), Path(checkpoint)
+
+
 def _missing_parents(path):
     """IfEmpty entries of ``path``'s missing parent folders, deepest first."""
     return [IfEmpty(p) for p in Path(path).parents if not p.exists()]
+
+
+def new_folder(path, checkpoint) -> list:
+    """The cleanup entries of a folder about to be made for a run's logs: it (as
+    :class:`WithCheckpoint`) and its missing parents; nothing if it exists."""
+    path = Path(path)
+    return [] if path.exists() else [WithCheckpoint(path, checkpoint), *_missing_parents(path)]
 
 
 def _cause(folder, e: OSError) -> str:
@@ -244,15 +259,16 @@ def display_path(path, root) -> str:
 INTERRUPTED = "interrupted; what was finished is kept"
 
 
-def training_interrupted(checkpoint_dir) -> str:
+def training_interrupted(checkpoint_dir, resume="--resume") -> str:
     """The Ctrl-C line of a training script: what its checkpoint folder (None: the run saves
-    none) holds by then, and how to go on."""
+    none) holds by then, and how to go on (``resume``: the options to add, e.g. with the run
+    folder a run made for itself)."""
     if checkpoint_dir is None:
         return ("interrupted; nothing was kept: rerun the command (with --checkpoint-every N a "
                 "long run can be resumed)")
     if (Path(checkpoint_dir) / "state.json").exists():
-        return ("interrupted; the last checkpoint is kept: rerun the same command with "
-                "--resume to continue from it")
+        return (f"interrupted; the last checkpoint is kept: rerun the same command with "
+                f"{resume} to continue from it")
     return ("interrupted before the first checkpoint; nothing was kept: rerun the command "
             "without --resume")
 
@@ -420,6 +436,10 @@ def _remove(paths):
     IfEmpty parent folders that are empty by then, deepest first."""
     for p in paths:
         if isinstance(p, IfEmpty):
+            continue
+        if isinstance(p, WithCheckpoint):
+            if not (p.checkpoint / "state.json").exists():
+                shutil.rmtree(p.path, ignore_errors=True)
             continue
         p = Path(p)
         if p.is_dir():

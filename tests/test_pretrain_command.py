@@ -264,6 +264,32 @@ def test_a_run_that_kept_its_starting_weights_says_so(orl, tmp_path, capsys, mon
             "--init may need a lower --lr than 0.3") in stdout
 
 
+@pytest.mark.parametrize("checkpoint_every", ["0", "1"])
+def test_tensorboard_logs_go_with_the_checkpoint(orl, tmp_path, capsys, monkeypatch,
+                                                 checkpoint_every):
+    """An interrupted run without a checkpoint said "nothing was kept" and left the
+    --tensorboard folder (and the parents it made); with a checkpoint the logs stay, for the
+    resumed run to append to."""
+    from mesc_tf import weights
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(weights, "save_autoencoder", ctrl_c)
+    cleanup, tb = [], tmp_path / "logs" / "deep"
+    argv = [*_data(orl), "--max-steps", "2", "--checkpoint-every", checkpoint_every,
+            "--tensorboard", tb, "--out", tmp_path / "orl.h5"]
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: PRETRAIN.main([str(a) for a in argv], cleanup=cleanup), cleanup,
+                       lambda: cli.training_interrupted(PRETRAIN._checkpointing[0]))
+    err = capsys.readouterr().err
+    assert e.value.code == 130
+    if checkpoint_every == "0":
+        assert "nothing was kept" in err and not (tmp_path / "logs").exists()
+    else:
+        assert "checkpoint is kept" in err and any(tb.rglob("events.out.tfevents*"))
+
+
 def test_an_interrupted_run_keeps_a_checkpoint_by_default(orl, tmp_path, capsys, monkeypatch):
     """Without --checkpoint-every a run saves every CHECKPOINT_EVERY steps (Ctrl-C lost every
     step before): interrupted before its file is written, it resumes with --resume alone and

@@ -358,6 +358,39 @@ def test_post_clustering_memory_estimate_covers_what_numpy_allocates(post_method
     assert coef.nbytes + peak <= memory._post_bytes(n, rank, post_method)
 
 
+def test_ctrl_c_names_the_run_folder_a_run_made_for_itself(files, tmp_path, capsys,
+                                                          monkeypatch):
+    """Without --out, run.py makes runs/<name>-<time>/; its Ctrl-C line said "rerun the same
+    command with --resume", which run.py refuses without --out. It names the folder now, and
+    that command resumes."""
+    import shlex
+
+    from mesc_tf import files as files_module
+
+    monkeypatch.chdir(tmp_path)
+    real = files_module.write_json
+
+    def ctrl_c_at_results(path, obj):
+        if Path(path).name == "results.json":
+            raise KeyboardInterrupt
+        return real(path, obj)
+
+    monkeypatch.setattr(files_module, "write_json", ctrl_c_at_results)
+    argv = [*ORL, "--data-dir", str(files["dir"] / "orl"), "--checkpoint-every", "1", "--quiet"]
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: RUN.main(argv), [],
+                       interrupted=lambda: cli.training_interrupted(*RUN._checkpointing))
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and "the last checkpoint is kept" in err
+    resume = err.split("rerun the same command with ")[1].split(" to continue")[0]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert shlex.split(resume) == ["--resume", "--out", str(Path("runs") / run_dir.name)]
+    monkeypatch.setattr(files_module, "write_json", real)
+    code, _, err = invoke(RUN, [*argv, *shlex.split(resume)], capsys)
+    assert code == 0, err
+    assert (run_dir / "results.json").exists()
+
+
 def test_memory_limit_only_lowers_what_is_available(monkeypatch):
     """MESC_MEMORY_LIMIT_BYTES is a cap: above the machine's memory it changes nothing (it
     replaced the figure before, so a large value switched the check off)."""
