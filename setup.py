@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
@@ -5,6 +7,8 @@ setup(
     version="0.1.0",
     description="MESC-Net (Maximum Entropy Subspace Clustering Network) and DSC-Net baselines "
                 "in TensorFlow 2 / Keras 3, faithful to the released code",
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
     packages=find_packages(include=["mesc_tf", "mesc_tf.*"]),
     python_requires=">=3.11",  # scikit-learn 1.9 needs it
     install_requires=[

@@ -30,7 +30,7 @@ ENV_VAR = "MESC_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
 _HOW_TO_GET = (
     f"put the benchmark files there (see the README, 'Data') or point to them with "
-    f"--data-dir DIR or {ENV_VAR}=DIR"
+    f"--data-dir DIR (data_dir= in Python) or {ENV_VAR}=DIR"
 )
 
 
@@ -82,7 +82,7 @@ def _choose_data_dir(data_dir=None) -> tuple[Path, str]:
         # Commands that resolve the folder once and hand it on (sweep and table workers) pass
         # the environment's or the default folder back in: name where it really came from.
         if given != path:
-            path, how = given, "given by --data-dir"
+            path, how = given, "given by --data-dir or data_dir="
     return path, how
 
 

@@ -30,12 +30,17 @@ def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --n
     or which ``options`` to pass instead."""
     path = pretrained_path(dataset)
     if not is_file(path):
-        # The default folder is the checkout's; a non-editable install has none beside it.
-        where = ("" if os.environ.get("MESC_PRETRAINED_DIR") else
-                 ", or set MESC_PRETRAINED_DIR to a folder of them (a checkout's pretrained/)")
-        raise MescError(f"no pretrained auto-encoder at {path}; make it with "
-                        f"`make pretrain-{dataset}` (experiments/pretrain.py --dataset {dataset}), "
-                        f"or pass {options}{where}")
+        make = (f"make it with `make pretrain-{dataset}` (experiments/pretrain.py --dataset "
+                f"{dataset})")
+        if os.environ.get("MESC_PRETRAINED_DIR"):
+            raise MescError(f"no pretrained auto-encoder at {path}; {make}, or pass {options}")
+        checkout = Path(__file__).resolve().parents[1]
+        if not (checkout / "experiments" / "pretrain.py").is_file():  # `pip install .`
+            raise MescError(f"no pretrained auto-encoder at {path}: an installed copy of "
+                            "mesc_tf has no pretrained/ folder; set MESC_PRETRAINED_DIR to a "
+                            f"checkout's pretrained/, or pass {options}")
+        raise MescError(f"no pretrained auto-encoder at {path}; {make}, or pass {options}, or "
+                        "set MESC_PRETRAINED_DIR to a folder of them")
     return path
 
 

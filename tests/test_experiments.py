@@ -1685,6 +1685,29 @@ def test_readme_layout_names_every_module_and_script():
     assert not sorted(n for n in named if n not in block)
 
 
+def test_the_sdist_holds_the_package_and_no_tests_without_their_helpers(tmp_path):
+    """Every module of the package is in the sdist, and no data, weights or results. Newer
+    setuptools (`python -m build`'s isolated one; not 65 here) add tests/test_*.py by
+    themselves, without the conftest.py, scripts.py and synthetic.py they import: MANIFEST.in
+    prunes tests/."""
+    import subprocess
+    import sys
+    import tarfile
+
+    build = tmp_path / "src"
+    shutil.copytree(REPO, build, ignore=shutil.ignore_patterns(
+        ".git", "runs", "smoke", "*.egg-info", "build", "dist", "__pycache__", ".xla_steps"))
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")],
+                   cwd=build, check=True, capture_output=True)
+    (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    modules = {str(p.relative_to(REPO)) for p in REPO.glob("mesc_tf/**/*.py")}
+    assert len(modules) >= 20 and modules <= names
+    assert not [n for n in names if n.startswith(("tests", "experiments", "pretrained"))
+                or n.endswith((".h5", ".mat", ".npy", ".json"))]
+
+
 def test_an_interrupted_figure_script_says_how_to_go_on(capsys):
     """The figure scripts reuse their finished runs, so Ctrl-C's line says to rerun."""
     from experiments.common import run_main
@@ -1803,10 +1826,17 @@ def test_a_missing_default_autoencoder_names_mesc_pretrained_dir(monkeypatch, tm
 
     monkeypatch.delenv("MESC_PRETRAINED_DIR", raising=False)
     monkeypatch.setattr(sources, "pretrained_path", lambda name: tmp_path / f"{name}.h5")
-    with pytest.raises(MescError, match=r"pass --weights, --tf1-checkpoint or --no-pretrain, or "
-                       r"set MESC_PRETRAINED_DIR to a folder of them \(a checkout's "
-                       r"pretrained/\)$"):
+    with pytest.raises(MescError, match=r"make it with `make pretrain-orl` .*pass --weights, "
+                       r"--tf1-checkpoint or --no-pretrain, or set MESC_PRETRAINED_DIR to a "
+                       r"folder of them$"):
         sources.require_pretrained("orl")
+    # Installed with `pip install .`: no checkout beside the package, so no make to suggest.
+    monkeypatch.setattr(sources, "__file__", str(tmp_path / "site-packages/mesc_tf/sources.py"))
+    with pytest.raises(MescError, match=r"an installed copy of mesc_tf has no pretrained/ "
+                       r"folder; set MESC_PRETRAINED_DIR to a checkout's pretrained/, or pass "
+                       r"--weights, --tf1-checkpoint or --no-pretrain$") as info:
+        sources.require_pretrained("orl")
+    assert "make" not in str(info.value)
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
     with pytest.raises(MescError, match=r"or pass --weights, --tf1-checkpoint or --no-pretrain$"):
         sources.require_pretrained("orl")
