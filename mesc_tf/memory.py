@@ -65,8 +65,9 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121,
     thresholded C and the n × r embedding (r = ``rank``, d·K + 1) and, by ``post_method``, the
     fast route's affinity/Laplacian/Cholesky buffer (one n² float64): less than fine-tuning
     (MNIST at r 321: 1.2 GiB against 3.2), or the reference route's dense copies
-    (``POST_N2_BYTES``; MNIST: 3.9 GiB, more than fine-tuning). The SVD's solvers work before the fast route's buffer exists,
-    in less (PROPACK's basis is capped for it: ``postcluster.fast.SVD_PROPACK_MAX_SHARE``).
+    (``POST_N2_BYTES``; MNIST: 3.9 GiB, more than fine-tuning). The SVD's solvers work before
+    the fast route's buffer exists, in less (PROPACK's basis is capped for it:
+    ``postcluster.fast.SVD_PROPACK_MAX_SHARE``).
     Plus the runtime. With TF's BFC allocator (``bfc_allocator``) the pool fine-tuning grew,
     ``BFC_POOL_FACTOR`` × its estimate, stays resident during post-clustering: the two add up.
     """
