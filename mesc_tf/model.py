@@ -64,11 +64,12 @@ def _serializable(cls):
 def _require_float32(model):
     """The models run in float32, the released graphs' precision: under a mixed policy the loss
     would mix float16 and float32 tensors, and C's entropy needs float32's range anyway."""
-    for policy in (model.dtype_policy, keras.config.dtype_policy()):
+    for policy, fix in ((keras.config.dtype_policy(), "call keras.config.set_dtype_policy("
+                         "'float32') before making the model"),
+                        (model.dtype_policy, "make it without dtype= (or with dtype='float32')")):
         if policy.name != "float32":
             raise MescError(f"{type(model).__name__} runs in float32 (the released graphs' "
-                            f"precision), but Keras' dtype policy is {policy.name!r}: call "
-                            "keras.config.set_dtype_policy('float32') before making the model")
+                            f"precision), but its dtype policy is {policy.name!r}: {fix}")
 
 
 def _named(method, args, kwargs) -> dict:
@@ -225,6 +226,8 @@ class ConvAutoEncoder(keras.Model):
                             f"{type(arch).__name__}; a dataset's is get_config(name).arch, or "
                             "build one with Architecture(image_shape, kernels, channels)")
         self.arch = arch
+        if isinstance(kernel_initializer, dict):  # from_config: else one seed for every layer
+            kernel_initializer = keras.initializers.deserialize(kernel_initializer)
         conv = dict(strides=2, padding="same", activation="relu", bias_initializer="zeros")
         self.encoder_layers = [
             keras.layers.Conv2D(c, k, name=f"enc_{i}", **conv,
@@ -242,6 +245,9 @@ class ConvAutoEncoder(keras.Model):
                 output_padding=transposed_output_padding(sizes[i + 1], sizes[i]), **conv,
                 kernel_initializer=_own_initializer(kernel_initializer, n_layers + j)))
         self.latent_shape = (*sizes[-1], arch.channels[-1])
+        if not self.trainable:  # trainable=False (a config's): the layers made since too
+            for layer in self.named_layers:
+                layer.trainable = False
 
     def __call__(self, x, *args, **kwargs):
         # Checked before Keras' __call__, which would wrap the error in lines of its own.
@@ -303,7 +309,21 @@ class ConvAutoEncoder(keras.Model):
     def get_config(self):
         initializer = self.encoder_layers[0].kernel_initializer
         return {**super().get_config(), "arch": self.arch.to_dict(),
-                "kernel_initializer": keras.initializers.serialize(initializer)}
+                "kernel_initializer": keras.initializers.serialize(initializer),
+                # Layers frozen one by one (e.g. the encoder): load_model and clone_model
+                # make the layers anew.
+                "frozen_layers": [layer.name for layer in self.named_layers
+                                  if not layer.trainable]}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        frozen = config.pop("frozen_layers", [])
+        model = cls(**config)
+        for layer in model.named_layers:
+            if layer.name in frozen:
+                layer.trainable = False
+        return model
 
 
 @_serializable
@@ -419,6 +439,8 @@ class _OwnLossModel(keras.Model):
         _check_images(self, named.get("x"))
         self._refuse_weights(named)
         for cb in named.get("callbacks") or ():
+            if isinstance(cb, keras.callbacks.ModelCheckpoint) and not cb.save_weights_only:
+                _check_save_path(self, cb.filepath)  # before any step, not at its first save
             if isinstance(cb, keras.callbacks.BackupAndRestore) and cb.save_freq != "epoch":
                 # Keras then saves the epoch in progress and runs it again on resuming: here
                 # one epoch is one step, so the resumed run would take that step twice.
@@ -543,7 +565,16 @@ class MESCNet(_OwnLossModel):
 
     def get_config(self):
         return {**super().get_config(), "n_samples": self.self_expression.n_samples,
-                "settings": self.settings.to_dict()}
+                "settings": self.settings.to_dict(),
+                "coef_trainable": self.self_expression.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        coef_trainable = config.pop("coef_trainable", True)
+        model = cls(**config)
+        model.self_expression.trainable = coef_trainable  # before Adam's slots are made
+        return model
 
     def _check_input(self, x):
         # A batch size known before the step (a dataset of another n's arrays, predict_on_batch,
@@ -582,7 +613,9 @@ class MESCNet(_OwnLossModel):
     def train_step(self, data):
         with tf.GradientTape() as tape:
             terms = self.compute_terms(self._images(data))
-        grads = tape.gradient(terms["loss"], self.trainable_variables)
+            # As Keras' own step: a LossScaleOptimizer divides the gradients by its factor.
+            loss = self.optimizer.scale_loss(terms["loss"])
+        grads = tape.gradient(loss, self.trainable_variables)
         # Update only once every gradient and every logged term exists. Otherwise TF may run
         # C's update while an op still holds a read of C (the backward pass's Cᵀ·∂L/∂(CZ), or a
         # forward op that only the logged terms need, such as the entropy's row sums); the
@@ -717,7 +750,8 @@ class PretrainNet(_OwnLossModel):
     def train_step(self, data):
         with tf.GradientTape() as tape:
             terms = self.compute_terms(self._images(data))
-        grads = tape.gradient(terms["recon"], self.trainable_variables)
+            loss = self.optimizer.scale_loss(terms["recon"])  # as in MESCNet.train_step
+        grads = tape.gradient(loss, self.trainable_variables)
         self.optimizer.apply(grads, self.trainable_variables)
         return terms
 

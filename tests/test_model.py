@@ -961,3 +961,97 @@ def test_full_batch_takes_tensors_of_any_pixel_type():
         assert batch.dtype == tf.float32 and float(batch[0, 0, 1, 0]) == 1.0
         (batch,) = minibatches(x, 2).take(1)
         assert batch.shape == (2, 8, 8, 1) and batch.dtype == tf.float32
+
+
+# --- review of session 65: what a Keras user does with the models ---------------------------
+
+
+def test_frozen_parts_stay_frozen_through_save_load_and_clone(tmp_path):
+    """ConvAutoEncoder(trainable=False), which a config holds, made its layers trainable after
+    (so a loaded frozen auto-encoder trained); a frozen C, or layers frozen one by one, came back
+    trainable; and the saved Adam, with slots for fewer variables, was skipped with a warning."""
+    import keras
+
+    from mesc_tf.training import adam, full_batch
+
+    model, x = tiny_mescnet(6, lr=1e-3)
+    model.autoencoder.trainable = False
+    model.compile(optimizer=adam(1e-3))
+    model.fit(full_batch(x), epochs=2, steps_per_epoch=1, verbose=0)
+    model.save(tmp_path / "net.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Skipping variable loading for optimizer"
+        loaded = keras.models.load_model(tmp_path / "net.keras")
+    assert [v.name for v in loaded.trainable_variables] == ["coef"]
+    assert int(loaded.optimizer.iterations) == 2
+    for m in (model, loaded):
+        m.fit(full_batch(x), epochs=1, steps_per_epoch=1, verbose=0)
+    np.testing.assert_array_equal(loaded.coef.numpy(), model.coef.numpy())
+    for a, b in zip(model.autoencoder.weights, loaded.autoencoder.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+    assert not ConvAutoEncoder(TINY, trainable=False).build_for_input().trainable_variables
+    net = MESCNet(ConvAutoEncoder(TINY), 6, get_config("toy").mesc)
+    net.self_expression.trainable = False
+    net.autoencoder.encoder_layers[0].trainable = False  # the encoder alone, as HISTORY did
+    clone = keras.models.clone_model(net)
+    assert not clone.self_expression.trainable
+    trained = [[v.path.split("/")[-2:] for v in m.trainable_variables] for m in (clone, net)]
+    assert trained[0] == trained[1] == [["dec_0", "kernel"], ["dec_0", "bias"]]
+
+
+def test_a_seeded_initializer_keeps_its_layer_seeds_through_a_config():
+    """get_config holds the initializer as a dict, which from_config passed through without
+    the per-layer seeds: every kernel of the same shape drawn alike again (dec_0 = enc_1)."""
+    import keras
+
+    ae = ConvAutoEncoder(get_config("orl").arch,
+                         kernel_initializer=keras.initializers.HeNormal(seed=5))
+    seeds = [layer.kernel_initializer.seed for layer in ae.named_layers]
+    for copy in (ConvAutoEncoder.from_config(ae.get_config()), keras.models.clone_model(ae)):
+        assert [layer.kernel_initializer.seed for layer in copy.named_layers] == seeds
+        for a, b in zip(copy.build_for_input().get_weights(),
+                        ae.build_for_input().get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert seeds == list(range(5, 5 + len(seeds)))
+
+
+def test_a_loss_scale_optimizer_scales_the_loss_as_keras_does():
+    """Keras' own train_step scales the loss (optimizer.scale_loss); the models' steps did not,
+    so a LossScaleOptimizer divided unscaled gradients by 2^15 and the steps shrank."""
+    import keras
+
+    from mesc_tf.training import full_batch
+
+    coefs = []
+    for wrap in (False, True):
+        model, x = tiny_mescnet(6, lr=1e-3)
+        sgd = keras.optimizers.SGD(0.01)
+        model.compile(optimizer=keras.optimizers.LossScaleOptimizer(sgd) if wrap else sgd)
+        model.fit(full_batch(x), epochs=1, steps_per_epoch=1, verbose=0)
+        coefs.append(model.coef.numpy())
+    np.testing.assert_allclose(coefs[1], coefs[0], rtol=1e-6, atol=1e-12)
+    assert not np.array_equal(coefs[0], np.full_like(coefs[0], 1e-4))  # the step moved C
+
+
+def test_model_checkpoint_in_legacy_hdf5_is_refused_before_any_step(tmp_path):
+    """Keras' ModelCheckpoint takes a .h5 path; the refusal came at its first save, after
+    save_freq steps had run."""
+    import keras
+
+    from mesc_tf.training import adam, full_batch
+
+    model, x = tiny_mescnet(6)
+    model.compile(optimizer=adam(1e-3))
+    with pytest.raises(MescError, match="legacy HDF5 format does not load a MESCNet back"):
+        model.fit(full_batch(x), epochs=3, steps_per_epoch=1, verbose=0,
+                  callbacks=[keras.callbacks.ModelCheckpoint(str(tmp_path / "m.h5"))])
+    assert int(model.optimizer.iterations) == 0
+    model.fit(full_batch(x), epochs=1, steps_per_epoch=1, verbose=0, callbacks=[
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "m.weights.h5"), save_weights_only=True)])
+    assert (tmp_path / "m.weights.h5").exists()
+
+
+def test_a_dtype_given_to_the_model_is_named_as_the_cause():
+    with pytest.raises(MescError, match="dtype policy is 'float16': make it without dtype="):
+        MESCNet(ConvAutoEncoder(TINY), 6, get_config("toy").mesc, dtype="float16")
