@@ -211,6 +211,7 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     names the data in messages; ``size_hint(h, w)``, where given, words what fixed
     ``image_shape`` and what to do for images of another size h×w (default: the architecture).
     """
+    given = x
     try:
         x = np.asarray(x)
     except ValueError as e:  # a ragged list: images of different sizes
@@ -224,6 +225,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
         except OverflowError:  # Python ints beyond float64's range
             raise MescError(f"{where}: images hold values beyond float32's range (magnitude "
                             "over 3.4e38); rescale them, e.g. to [0, 1]") from None
+    if x.ndim == 0:  # a generator, say, which NumPy wraps as one object
+        raise MescError(f"{where}: got one {type(given).__name__}, not an array of images; "
+                        "pass them as an array (n, height, width), e.g. np.stack(list(...))")
     if x.dtype.kind not in "biuf":
         raise MescError(
             f"{where}: images must be numbers, got dtype {x.dtype}; pass a numeric array"
@@ -231,9 +235,12 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     if x.ndim == 4 and x.shape[-1] == 1:
         x = x[..., 0]
     if x.ndim != 3 or 0 in x.shape:  # no image, or images with no pixel
+        hint = ("; colour images: make them grey first, e.g. x.mean(axis=-1)"
+                if x.ndim == 4 and x.shape[-1] in (3, 4) else
+                "; channels first: pass x[:, 0]" if x.ndim == 4 and x.shape[1] == 1 else "")
         raise MescError(
             f"{where}: images have shape {x.shape}; pass one or more grey images as "
-            f"(n, height, width) or (n, height, width, 1)"
+            f"(n, height, width) or (n, height, width, 1){hint}"
         )
     n = x.shape[0]
     if image_shape is not None and tuple(x.shape[1:]) != tuple(image_shape):
@@ -282,6 +289,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
     if training and not np.any(x):  # the relative reconstruction error would divide by 0
         raise MescError(f"{where}: every pixel of every image is 0; there is nothing to "
                         "reconstruct or cluster")
+    if training and n_clusters is not None and int(n_clusters) > 1 and (x == x[0]).all():
+        raise MescError(f"{where}: all {n} images are the same; there is nothing to tell the "
+                        "clusters apart by (C, and so the labels, would be arbitrary)")
     negative = np.count_nonzero(x < 0) if warn_negative else 0
     if negative:  # e.g. standardised images: the decoder's last ReLU cannot reach them
         warnings.warn(f"{where}: {100 * negative / x.size:.3g}% of the pixels are negative, but "

@@ -19,6 +19,7 @@ Subspace clustering is transductive: it clusters the images it is fitted on and 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import time
 import warnings
@@ -44,9 +45,10 @@ def default_architecture(image_shape) -> Architecture:
     """The auto-encoder used when ``kernels`` and ``channels`` are not given.
 
     Images whose shorter side is at least 16 pixels get the 3-layer encoder of USPS, MNIST and
-    EYaleB: kernels (5, 3, 3), channels (10, 20, 30), i.e. an h/8 × w/8 × 30 latent
-    code (120 numbers for 16×16, 480 for 32×32). Smaller images get the 1-layer encoder of
-    COIL20: kernel 3, 15 channels (h/2 × w/2 × 15).
+    EYaleB: kernels (5, 3, 3), channels (10, 20, 30), i.e. a ⌈h/8⌉ × ⌈w/8⌉ × 30 latent
+    code (120 numbers for 16×16, 270 for 17×17, 480 for 32×32). Smaller images get the
+    1-layer encoder of COIL20: kernel 3, 15 channels (⌈h/2⌉ × ⌈w/2⌉ × 15: more numbers than
+    pixels, 960 for 15×15). For other sizes give ``kernels`` and ``channels``.
     """
     h, w = (int(s) for s in image_shape)
     arch = get_config("mnist" if min(h, w) >= 16 else "coil20").arch
@@ -55,6 +57,12 @@ def default_architecture(image_shape) -> Architecture:
 
 class MESCClustering(ClusterMixin, BaseEstimator):
     """Deep subspace clustering of grey images: MESC-Net by default, DSC-Net on request.
+
+    Transductive, as subspace clustering is: ``fit`` / ``fit_predict`` cluster the images
+    given; there is no ``predict`` or ``transform`` for new images (fit again on the union).
+    The defaults are the released MESC-Net settings for COIL40 (40 clusters); for other data
+    the post-clustering settings matter most, and can be tried on ``coef_`` without fitting
+    again (README, "Choosing settings for your images").
 
     Parameters
     ----------
@@ -103,7 +111,8 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         TensorFlow code), as the command-line runs do, so that a fit repeats bit for bit;
         reseed your own generators after it if you rely on them.
     verbose : int, default=0
-        0: silent; 1: Keras progress bars and a line on the auto-encoder used.
+        0: silent; 1 (or more): progress lines of pretraining and fine-tuning, and a line per
+        stage (pretraining, fine-tuning, clustering).
 
     Attributes
     ----------
@@ -314,8 +323,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         k = self._n_clusters()
         settings = self._settings()
         check_post_method(self.post_method)  # before pretraining
-        if self.verbose not in (0, 1) or isinstance(self.verbose, float):  # True, False: 1, 0
-            raise MescError(f"verbose must be 0 or 1, got {self.verbose!r}")
+        # An int >= 0, as scikit-learn's; True and False pass as 1 and 0.
+        if not (isinstance(self.verbose, (bool, numbers.Integral)) and self.verbose >= 0):
+            raise MescError(f"verbose must be a whole number >= 0, got {self.verbose!r}")
+        verbose = min(int(self.verbose), 1)  # the progress lines have one level of detail
         weights = self._weights()
         schedule = self._schedule() if weights is None else None
         seed = self._seed()
@@ -343,21 +354,26 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         elif schedule.max_steps == 0:  # as run.py --no-pretrain
             ae, source = sources.get_autoencoder(arch, no_pretrain=True)
         else:
+            if self.verbose:
+                print(f"MESCClustering: pretraining the auto-encoder on {len(x)} images "
+                      f"(at most {schedule.max_steps} steps)")
             start = time.perf_counter()
-            ae, pretrain_info = pipeline.pretrain(x, arch, schedule, verbose=self.verbose,
+            ae, pretrain_info = pipeline.pretrain(x, arch, schedule, verbose=verbose,
                                                   seed=seed)
             timings["pretrain_s"] = time.perf_counter() - start
-            source = (f"pretrained on X ({pretrain_info['steps']} steps, relative error "
-                      f"{pretrain_info['relative_error']:.4f})")
+            source = _pretrained_source(pretrain_info, schedule)
             configure_runtime(seed)  # run.py seeds again before fine-tuning
         if self.verbose:
-            print(f"MESCClustering: {len(x)} images {x.shape[1:3]}, {k} clusters; "
-                  f"auto-encoder: {source}")
-        result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=self.verbose,
+            print(f"MESCClustering: fine-tuning on {len(x)} images {x.shape[1:3]}, {k} clusters "
+                  f"({settings.epochs} steps); auto-encoder: {source}")
+        result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=verbose,
                               post_method=self.post_method)
         note = pipeline.empty_clusters_note(result["postcluster"], k)
         if note:
             warnings.warn(f"MESCClustering: {note}", MescWarning, stacklevel=3)
+        if self.verbose:
+            print(f"MESCClustering: {result['postcluster']['clusters_found']} clusters found "
+                  f"({result['timings']['post_s']:.1f} s of post-clustering)")
 
         self.labels_ = np.asarray(result["labels"], dtype=np.int64)
         self.coef_ = np.asarray(result["coef"], dtype=np.float32)
@@ -428,6 +444,23 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         super().__setstate__(state)
 
 
+def _pretrained_source(info, schedule) -> str:
+    """``weights_source_`` of a pretraining, and a MescWarning where it achieved nothing: no
+    step improved on the start (kept), or the error stays near 1 (no better than zeros)."""
+    error = info["relative_error"]
+    if info["steps"] and not info["best_step"]:
+        warnings.warn(f"MESCClustering: pretraining never improved on its starting weights "
+                      f"(relative error {error:.4f}), which were kept; try a lower pretrain_lr "
+                      f"than {schedule.lr:g}, or images in [0, 1]", MescWarning, stacklevel=4)
+        return (f"pretrained on X ({info['steps']} steps, none better than the start, which "
+                f"was kept; relative error {error:.4f})")
+    if error >= 0.999:
+        warnings.warn(f"MESCClustering: the pretrained auto-encoder reconstructs the images no "
+                      f"better than zeros (relative error {error:.4f}); check the images' scale "
+                      "(e.g. [0, 1]) and size", MescWarning, stacklevel=4)
+    return f"pretrained on X ({info['steps']} steps, relative error {error:.4f})"
+
+
 def _int_tuple(value, name) -> tuple[int, ...]:
     values = (value,) if is_whole(value) else tuple(value) if np.ndim(value) == 1 else None
     if not values or not all(is_whole(v) and v >= 1 for v in values):
@@ -441,7 +474,11 @@ def _as_array(X, where):
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
         raise MescError(f"{where} is a sparse matrix; pass a dense array of images")
     try:
-        return np.asarray(X)
+        array = np.asarray(X)
     except (ValueError, TypeError) as e:
         raise MescError(f"{where} is not an array of images ({one_line(e)}); pass a numeric "
                         "array of shape (n, height, width)") from None
+    if array.ndim == 0:  # a generator, say: validate_images would see an ndarray
+        raise MescError(f"{where}: got one {type(X).__name__}, not an array of images; pass "
+                        "them as an array (n, height, width), e.g. np.stack(list(...))")
+    return array

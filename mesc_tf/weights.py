@@ -74,7 +74,8 @@ def _strip_checkpoint_suffix(path) -> str:
     return re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", str(path))
 
 
-def require_h5(path, how="make one with experiments/pretrain.py") -> Path:
+def require_h5(path, how="make one with experiments/pretrain.py or "
+                          "mesc_tf.save_autoencoder") -> Path:
     """``path`` as a Path if it is a file, else one MescError: not found or a folder, and
     ``how`` to get one."""
     path = as_path(path, "auto-encoder file")

@@ -498,7 +498,12 @@ def test_validate_images_edges():
     for k in (True, "abc"):
         expect_error(re.escape(f"n_clusters must be a whole number >= 1, got {k!r}"),
                      validate_images, x, n_clusters=k)
-    assert validate_images(x, n_clusters=np.float64(2.0)).shape == (3, 4, 5, 1)
+    assert validate_images(x * np.arange(1, 4)[:, None, None],
+                           n_clusters=np.float64(2.0)).shape == (3, 4, 5, 1)
+    # Identical images leave C, and so the labels, arbitrary; one cluster, or encoding, is fine.
+    expect_error("all 3 images are the same; there is nothing to tell the clusters apart",
+                 validate_images, x, n_clusters=2)
+    assert validate_images(x, n_clusters=1).shape == validate_images(x, training=False).shape
     assert validate_images(np.zeros((2, 4, 5)), training=False).shape == (2, 4, 5, 1)
     with pytest.warns(UserWarning, match=r"50% of the pixels are negative"):
         validate_images(np.stack([-x[0], x[0]]))

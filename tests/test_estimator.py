@@ -196,7 +196,12 @@ def bad_fits():
     yield "2-D wrong size", MESCClustering(2, image_shape=(8, 9)), x.reshape(6, 64), "64 values"
     yield "1-D", MESCClustering(2), x.ravel(), "shape"
     yield "5-D", MESCClustering(2), x[..., None, None], "shape"
-    yield "3 channels", MESCClustering(2), np.repeat(x[..., None], 3, axis=3), "shape"
+    yield ("3 channels", MESCClustering(2), np.repeat(x[..., None], 3, axis=3),
+           r"shape .*colour images: make them grey first, e\.g\. x\.mean\(axis=-1\)")
+    yield "channels first", MESCClustering(2), x[:, None], r"channels first: pass x\[:, 0\]"
+    yield ("a generator", MESCClustering(2), (image for image in x),
+           "got one generator, not an array of images")
+    yield "identical", MESCClustering(2), np.repeat(x[:1], 6, 0), "all 6 images are the same"
     yield "NaN", MESCClustering(2), nan, "NaN"
     yield "inf", MESCClustering(2), np.where(nan != nan, np.inf, x), "infinite"
     yield "strings", MESCClustering(2), x.astype(str), "numbers"
@@ -218,8 +223,9 @@ def bad_fits():
     yield ("reg1 array", MESCClustering(2, reg1=np.array([1.0, 2.0])), x,
            r"reg1 .* must be a number, got array\(\[1\., 2\.\]\)")
     yield "lr bool", MESCClustering(2, lr=True), x, "lr .* must be a number, got True"
-    yield "verbose", MESCClustering(2, verbose="x"), x, "verbose must be 0 or 1, got 'x'"
-    yield "verbose 2", MESCClustering(2, verbose=2), x, "verbose must be 0 or 1, got 2"
+    yield "verbose", MESCClustering(2, verbose="x"), x, "verbose must be a whole .*got 'x'"
+    yield "verbose -1", MESCClustering(2, verbose=-1), x, "verbose must be a whole .*got -1"
+    yield "verbose 1.5", MESCClustering(2, verbose=1.5), x, "verbose must be a whole .*got 1.5"
     yield "pretrain_steps", MESCClustering(2, pretrain_steps=-1), x, "pretrain_steps"
     yield "random_state", MESCClustering(2, random_state="seed"), x, "random_state"
     yield "random_state < 0", MESCClustering(2, random_state=-1), x, "from 0 to 4294967295"
@@ -581,3 +587,47 @@ def test_save_autoencoder_of_the_estimator_names_encoder_(fitted, tmp_path):
         save_autoencoder(MESCClustering(3), tmp_path / "ae.h5")
     assert not list(tmp_path.iterdir())
     assert save_autoencoder(fitted.encoder_, tmp_path / "ae.h5").is_file()
+
+
+# --- review of session 65: a researcher's own images ----------------------------------------
+
+
+def test_a_pretraining_that_never_improves_warns_and_says_so(images):
+    """pretrain_lr 1.0 blows the first step up: the start was kept, silently, and
+    weights_source_ still read 'pretrained on X (N steps ...)'."""
+    with pytest.warns(mesc_tf.MescWarning, match="pretraining never improved on its starting "
+                      "weights .*which were kept; try a lower pretrain_lr than 1") as caught:
+        est = MESCClustering(3, pretrain_lr=1.0, pretrain_steps=20, pretrain_patience=5,
+                             epochs=2, thr=0.2, subspace_dim=3, power=1.0).fit(images[0])
+    assert est.pretrain_info_["best_step"] == 0
+    assert "none better than the start, which was kept" in est.weights_source_
+    assert {Path(w.filename).name for w in caught
+            if issubclass(w.category, mesc_tf.MescWarning)} == {Path(__file__).name}
+
+
+def test_a_pretraining_no_better_than_zeros_warns(images, monkeypatch):
+    real = pipeline.pretrain
+
+    def flat(*args, **kwargs):  # as 1x1 images, or images scaled by 1e-6, end
+        ae, info = real(*args, **kwargs)
+        return ae, {**info, "relative_error": 0.9996}
+
+    monkeypatch.setattr(pipeline, "pretrain", flat)
+    with pytest.warns(mesc_tf.MescWarning, match="reconstructs the images no better than zeros "
+                      r"\(relative error 0\.9996\); check the images' scale"):
+        MESCClustering(3, pretrain_steps=2, epochs=1, thr=0.2, subspace_dim=3,
+                       power=1.0).fit(images[0])
+
+
+def test_verbose_names_each_stage(images, capsys):
+    """verbose 1 or more (scikit-learn's ints; 2 was refused): a line before pretraining,
+    before fine-tuning (the two progress bars looked alike) and after clustering."""
+    for verbose in (1, 2):
+        MESCClustering(3, pretrain_steps=2, epochs=2, thr=0.2, subspace_dim=3, power=1.0,
+                       verbose=verbose).fit(images[0])
+        out = capsys.readouterr().out
+        for line in ("MESCClustering: pretraining the auto-encoder on 90 images (at most 2 "
+                     "steps)", "MESCClustering: fine-tuning on 90 images (16, 16), 3 clusters "
+                     "(2 steps)", "clusters found ("):
+            assert line in out
+        assert out.count("step 2/2") == 2  # pretraining's and fine-tuning's

@@ -353,8 +353,8 @@ def small_export(tmp_path_factory):
         from mesc_tf import sources
 
         load, get_ae, made = bench.load_or_random, sources.get_autoencoder, []
-        mp.setattr(bench, "load_or_random",
-                   lambda name, seed: (lambda x, y, s, f: (x[:40], y[:40], s, f))(*load(name, seed)))
+        mp.setattr(bench, "load_or_random", lambda name, seed: (
+            lambda x, y, s, f: (x[:40], y[:40], s, f))(*load(name, seed)))
         mp.setattr(sources, "get_autoencoder",
                    lambda *a, **k: made.append(get_ae(*a, **k)) or made[-1])
         mp.setattr(mod, "REF_VALUES", 400)
