@@ -500,6 +500,10 @@ def test_readme_estimator_example_prints_what_it_says(readme_example, capsys, tm
     claimed = re.search(r"# (0\.\d+) with these settings and seed 0", code)[1]
     assert f"{float(printed[2]):.3f}" == claimed
     assert printed[3] == printed[2] and "# 0.989 again" in code
+    # Part 4: the post-clustering settings tried on coef_, the defaults' first.
+    claimed = re.search(r"# (\S+), (\S+), (\S+)\n", code).groups()
+    assert [line.split()[-1] for line in printed[4:]] == list(claimed)
+    assert printed[4].startswith("0.03 12 8.0 ")
     # The same labels, not only the same accuracy: the example's first estimator again.
     first = MESCClustering(3, pretrain_steps=100, epochs=30, thr=0.2, subspace_dim=3, power=1.0)
     np.testing.assert_array_equal(first.fit_predict(scope["images"]), scope["est"].labels_)
