@@ -366,8 +366,14 @@ class MESCClustering(ClusterMixin, BaseEstimator):
         if self.verbose:
             print(f"MESCClustering: fine-tuning on {len(x)} images {x.shape[1:3]}, {k} clusters "
                   f"({settings.epochs} steps); auto-encoder: {source}")
-        result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=verbose,
-                              post_method=self.post_method)
+        # Warnings from inside (thrC's, or scikit-learn's eigensolvers', some over several
+        # lines) are raised again at the caller's line, one line each.
+        with warnings.catch_warnings(record=True) as caught:  # the filters as they are
+            result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=verbose,
+                                  post_method=self.post_method)
+        for seen in dict.fromkeys((w.category, " ".join(str(w.message).split()))
+                                  for w in caught):  # each once, in order
+            warnings.warn(seen[1], seen[0], stacklevel=3)
         note = pipeline.empty_clusters_note(result["postcluster"], k)
         if note:
             warnings.warn(f"MESCClustering: {note}", MescWarning, stacklevel=3)

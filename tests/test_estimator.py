@@ -635,3 +635,27 @@ def test_verbose_names_each_stage(images, capsys):
                      "(2 steps)", "clusters found ("):
             assert line in out
         assert out.count("step 2/2") == 2  # pretraining's and fine-tuning's
+
+
+def test_warnings_from_inside_the_fit_point_at_the_caller_in_one_line(images, monkeypatch):
+    """thrC's warning pointed at pipeline.py, and scikit-learn's eigensolver warnings spread
+    over several lines, twice when raised twice: each is raised once more at fit's caller."""
+    real = pipeline.run
+
+    def noisy(*args, **kwargs):
+        for _ in range(2):
+            warnings.warn("Exited at iteration 2000 with accuracies\n[1.2e-06\n 3.4e-07]",
+                          UserWarning)
+        warnings.warn("post-clustering: C has no nonzero entry", mesc_tf.MescWarning)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run", noisy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        MESCClustering(3, pretrain_steps=2, epochs=1, thr=0.2, subspace_dim=3,
+                       power=1.0).fit(images[0])
+    seen = [(w.category, str(w.message), Path(w.filename).name) for w in caught]
+    assert seen == [
+        (UserWarning, "Exited at iteration 2000 with accuracies [1.2e-06 3.4e-07]",
+         Path(__file__).name),
+        (mesc_tf.MescWarning, "post-clustering: C has no nonzero entry", Path(__file__).name)]
