@@ -645,8 +645,9 @@ def test_warnings_from_inside_the_fit_point_at_the_caller_in_one_line(images, mo
     def noisy(*args, **kwargs):
         for _ in range(2):
             warnings.warn("Exited at iteration 2000 with accuracies\n[1.2e-06\n 3.4e-07]",
-                          UserWarning)
-        warnings.warn("post-clustering: C has no nonzero entry", mesc_tf.MescWarning)
+                          UserWarning, stacklevel=1)
+        warnings.warn("post-clustering: C has no nonzero entry", mesc_tf.MescWarning,
+                      stacklevel=1)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "run", noisy)
