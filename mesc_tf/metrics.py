@@ -92,6 +92,10 @@ def accuracy(y_true, y_pred) -> float:
 
 def nmi(y_true, y_pred, average_method: str = "arithmetic") -> float:
     """sklearn NMI (numbering-independent); 'arithmetic' is sklearn's default since 0.22."""
+    methods = ("arithmetic", "geometric", "min", "max")
+    if average_method not in methods:
+        raise MescError(f"nmi: average_method must be one of {', '.join(methods)}, got "
+                        f"{average_method!r}")
     y_true, y_pred = _pair(y_true, y_pred)
     return float(normalized_mutual_info_score(y_true, y_pred, average_method=average_method))
 

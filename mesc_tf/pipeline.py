@@ -139,9 +139,14 @@ def cluster(coef, n_clusters: int, settings: Settings, seed=0, post_method=None,
     routes; on the reference route, ``method`` only) with ``clusters_found``, the number of
     non-empty clusters (:func:`empty_clusters_note`); a figure that is not finite becomes None
     (JSON)."""
+    if isinstance(settings, dict):  # get_config(name).mesc.to_dict(), say
+        settings = Settings(**settings)
+    if not isinstance(settings, Settings):
+        raise MescError(f"settings must be a mesc_tf.config.Settings (e.g. get_config(name).mesc) "
+                        f"or a dict of its fields, got {type(settings).__name__}")
     info = {} if info is None else info
-    labels, timings = postcluster.cluster(
-        np.asarray(coef), n_clusters, thr=settings.thr, subspace_dim=settings.subspace_dim,
+    labels, timings = postcluster.cluster(  # C as given: its checks name a sparse C as such
+        coef, n_clusters, thr=settings.thr, subspace_dim=settings.subspace_dim,
         power=settings.power, variant=settings.variant, seed=seed, return_timings=True,
         method=post_method, info=info)
     info["clusters_found"] = int(np.unique(labels).size)  # discretize can leave clusters empty

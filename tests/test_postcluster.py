@@ -247,7 +247,8 @@ def test_settings_that_are_not_numbers_are_one_clear_error(method):
              (float("nan"), float("inf"), None, "3", 2.5)]
     cases += [("subspace_dim", v, "subspace_dim must be a whole number") for v in
               (float("nan"), None, "2")]
-    cases += [("thr", v, "ratio must be a finite number") for v in (None, "0.2", float("nan"))]
+    cases += [("thr", v, r"thr \(the ratio ρ\) must be a finite number")
+              for v in (None, "0.2", float("nan"))]
     cases += [("power", v, "power must be a finite number") for v in (None, "8", float("inf"))]
     for name, value, message in cases:
         with pytest.raises(MescError, match=message):
@@ -497,3 +498,68 @@ def test_reference_post_proC_and_spectral_check_the_seed_first(seed, monkeypatch
                  lambda: reference.spectral(C + C.T, 3, seed=seed)):
         with pytest.raises(MescError, match="seed must be a whole number"):
             call()
+
+
+# --- review of session 65: what users pass to cluster() directly -----------------------------
+
+
+def test_settings_of_other_number_types_are_used_as_python_floats():
+    """thr and power were checked as numbers but used as given: a tf.Tensor or a Decimal
+    failed inside thrC or post_proC (AttributeError, TypeError), and an int past float's range
+    was an OverflowError; a NumPy float64 thr promoted a float32 C's thresholds."""
+    from decimal import Decimal
+
+    import tensorflow as tf
+
+    C, _ = _blocks(seed=1)
+    for method in ("fast", "reference"):
+        want = cluster(C, 4, thr=0.2, subspace_dim=3, power=2.0, method=method)
+        for thr, d, power in ((tf.constant(0.2), 3, tf.constant(2.0)),
+                              (Decimal("0.2"), 3.0, Decimal("2")),
+                              (np.float64(0.2), np.int64(3), np.float32(2.0))):
+            np.testing.assert_array_equal(
+                cluster(C, 4, thr=thr, subspace_dim=d, power=power, method=method), want)
+    np.testing.assert_array_equal(thrC(C, np.float64(0.2)), thrC(C, 0.2))
+    for name in ("thr", "subspace_dim", "power"):
+        kwargs = {"thr": 0.2, "subspace_dim": 3, "power": 2.0, name: 10**400}
+        with pytest.raises(MescError, match=f"{name}.* must be a"):
+            cluster(C, 4, **kwargs)
+
+
+def test_a_bfloat16_c_is_read_as_float32():
+    """A C cast to bfloat16 (TF, ml_dtypes) was refused as 'must be numeric, got dtype
+    bfloat16; pass a float matrix'."""
+    import tensorflow as tf
+
+    C, _ = _blocks(seed=1)
+    low = tf.cast(C, tf.bfloat16)
+    np.testing.assert_array_equal(
+        cluster(low, 4, thr=0.2, subspace_dim=3, power=2.0),
+        cluster(tf.cast(low, tf.float32).numpy(), 4, thr=0.2, subspace_dim=3, power=2.0))
+
+
+def test_pipeline_cluster_takes_settings_as_a_dict_and_names_a_sparse_c():
+    """pipeline.cluster made a sparse C a 0-d array ('must be a square n×n matrix ... got
+    shape ()') and failed on a dict of settings with an AttributeError."""
+    import scipy.sparse as sp
+
+    from mesc_tf import pipeline
+    from mesc_tf.config import Settings
+
+    C, _ = _blocks(seed=1)
+    s = Settings(thr=0.2, subspace_dim=3, power=2.0)
+    np.testing.assert_array_equal(pipeline.cluster(C, 4, s.to_dict())[0],
+                                  pipeline.cluster(C, 4, s)[0])
+    with pytest.raises(MescError, match=r"C is a scipy.sparse matrix; pass a dense array"):
+        pipeline.cluster(sp.csr_array(C), 4, s)
+    with pytest.raises(MescError, match="settings must be a mesc_tf.config.Settings .*got list"):
+        pipeline.cluster(C, 4, [0.2, 3, 2.0])
+
+
+def test_nmi_refuses_an_unknown_average_method():
+    from mesc_tf.metrics import nmi
+
+    with pytest.raises(MescError, match="average_method must be one of arithmetic, geometric, "
+                       "min, max, got 'maximum'"):
+        nmi([0, 1, 1], [1, 0, 0], average_method="maximum")
+    assert nmi([0, 1, 1], [1, 0, 0], average_method="max") == 1.0

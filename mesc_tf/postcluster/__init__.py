@@ -139,8 +139,8 @@ def cluster(C, n_clusters: int, thr: float, subspace_dim: int, power: float,
     info.clear()
     info["method"] = method
     C = check_square(C, "thrC")
-    check_ratio(thr)
-    K = check_affinity_args(n_clusters, subspace_dim, power, C.shape[0])
+    thr = check_ratio(thr)
+    K, subspace_dim, power = check_affinity_args(n_clusters, subspace_dim, power, C.shape[0])
     timings = {"thrc_s": 0.0, "svd_s": 0.0, "spectral_s": 0.0}
     t0 = time.perf_counter()
     if method == "reference":

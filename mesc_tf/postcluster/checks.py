@@ -30,6 +30,8 @@ def check_square(C, where: str, name: str = "C") -> np.ndarray:
     if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] < 2:
         raise MescError(f"{where}: {name} must be a square n×n matrix with n >= 2, got shape "
                         f"{C.shape}; pass the {what}")
+    if C.dtype.kind == "V" and "float" in C.dtype.name:  # ml_dtypes' bfloat16 (a TF tensor's)
+        C = C.astype(np.float32)
     if not np.issubdtype(C.dtype, np.floating):
         if not (np.issubdtype(C.dtype, np.integer) or C.dtype == bool):
             raise MescError(f"{where}: {name} must be numeric, got dtype {C.dtype}; "
@@ -71,7 +73,7 @@ def _as_float(value) -> float | None:
         return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
         return None
 
 
@@ -88,11 +90,14 @@ def check_clusters(n_clusters, n: int, where: str) -> int:
     return int(k)
 
 
-def check_ratio(ratio):
+def check_ratio(ratio) -> float:
+    """thrC's ratio ρ (``thr``) as a Python float: a NumPy float64 would promote a float32 C's
+    arithmetic, and a Decimal or a tensor would not take part in it at all."""
     r = _as_float(ratio)
     if r is None or not np.isfinite(r) or r < 0:
-        raise MescError(f"thrC: ratio must be a finite number >= 0, got {_shown(ratio)}; "
-                        "use e.g. 0.03-0.2 (1 or more keeps C unchanged)")
+        raise MescError(f"thrC: thr (the ratio ρ) must be a finite number >= 0, got "
+                        f"{_shown(ratio)}; use e.g. 0.03-0.2 (1 or more keeps C unchanged)")
+    return r
 
 
 def check_variant(variant):
@@ -117,13 +122,16 @@ def affinity_top(L, power, top=None) -> float:
     return top
 
 
-def check_affinity_args(n_clusters, subspace_dim, power, n):
+def check_affinity_args(n_clusters, subspace_dim, power, n) -> tuple[int, int, float]:
+    """(K, d, power) as Python numbers, checked (a tensor or a Decimal passes the check but not
+    the arithmetic)."""
     K = check_clusters(n_clusters, n, "post_proC")
     d = _as_float(subspace_dim)
     if d is None or not d.is_integer() or d < 1:
         raise MescError("post_proC: subspace_dim must be a whole number >= 1, "
-                        f"got {_shown(subspace_dim)}")
+                        f"got {_shown(subspace_dim)}; the benchmarks use 3-32")
     p = _as_float(power)
     if p is None or not np.isfinite(p) or p <= 0:
-        raise MescError(f"post_proC: power must be a finite number > 0, got {_shown(power)}")
-    return K
+        raise MescError(f"post_proC: power must be a finite number > 0, got {_shown(power)}; "
+                        "the benchmarks use 1-16")
+    return K, int(d), p

@@ -99,7 +99,7 @@ def affinity(C, n_clusters: int, subspace_dim: int, power: float,
              variant: str = "mesc") -> np.ndarray:
     """Steps 1-7 of reference-facts §3.2: the n×n symmetric affinity L (float64, max 1)."""
     C = pretreat(C, variant)
-    K = check_affinity_args(n_clusters, subspace_dim, power, C.shape[0])
+    K, subspace_dim, power = check_affinity_args(n_clusters, subspace_dim, power, C.shape[0])
     return affinity_from_embedding(svd_embedding(C, K, subspace_dim), power)
 
 

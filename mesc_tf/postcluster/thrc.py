@@ -150,7 +150,7 @@ def thrC(C, ratio: float) -> np.ndarray:
     become float64 (as on every route).
     """
     C = check_square(C, "thrC")
-    check_ratio(ratio)
+    ratio = check_ratio(ratio)
     if ratio >= 1:
         return C.copy()
     out = np.zeros(C.shape, C.dtype)  # C order, as the reference's np.zeros((N, N)), whatever C's
