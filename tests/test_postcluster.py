@@ -506,7 +506,7 @@ def test_reference_post_proC_and_spectral_check_the_seed_first(seed, monkeypatch
 def test_settings_of_other_number_types_are_used_as_python_floats():
     """thr and power were checked as numbers but used as given: a tf.Tensor or a Decimal
     failed inside thrC or post_proC (AttributeError, TypeError), and an int past float's range
-    was an OverflowError; a NumPy float64 thr promoted a float32 C's thresholds."""
+    was an OverflowError."""
     from decimal import Decimal
 
     import tensorflow as tf

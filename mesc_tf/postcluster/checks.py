@@ -91,8 +91,8 @@ def check_clusters(n_clusters, n: int, where: str) -> int:
 
 
 def check_ratio(ratio) -> float:
-    """thrC's ratio ρ (``thr``) as a Python float: a NumPy float64 would promote a float32 C's
-    arithmetic, and a Decimal or a tensor would not take part in it at all."""
+    """thrC's ratio ρ (``thr``) as a Python float: a Decimal or a tensor passes the check but
+    not thrC's arithmetic."""
     r = _as_float(ratio)
     if r is None or not np.isfinite(r) or r < 0:
         raise MescError(f"thrC: thr (the ratio ρ) must be a finite number >= 0, got "
