@@ -204,8 +204,9 @@ def validate_images(x, y=None, n_clusters=None, image_shape=None, where="input",
 
     ``x`` may be ``(n, h, w)`` or ``(n, h, w, 1)``. Raises :class:`MescError` for a non-numeric
     or wrongly shaped array, images of another size than ``image_shape``, NaN/inf values or
-    values beyond float32's range, (where ``training``) images that are all zero, a label count
-    that is not one per image, (given ``n_clusters``) fewer than 2 images or than
+    values beyond float32's range, (where ``training``) images that are all zero or, with more
+    than one cluster, all the same, a label count that is not one per image, (given
+    ``n_clusters``) one that is not a whole number >= 1, fewer than 2 images or than
     ``n_clusters``, or labels whose number of distinct classes is not ``n_clusters``; warns of
     negative pixels (unless ``warn_negative`` is False), ``stacklevel`` frames up. ``where``
     names the data in messages; ``size_hint(h, w)``, where given, words what fixed

@@ -259,8 +259,9 @@ def record_problem(rec) -> str | None:
 
 def read_records(path) -> tuple[list[dict], list[tuple[Path, int]]]:
     """The trial records of a JSON-lines file and its unreadable (torn) lines as (file, line
-    number) pairs. A torn line (a kill in the middle of a write) is one that does not parse as
-    JSON; any other line that is not a trial record (:func:`record_problem`) is a MescError
+    number) pairs. A torn line (a kill in the middle of a write) is one that starts as every
+    record does (``{"``) but does not parse as JSON; any other line that is not a trial record
+    (:func:`record_problem`, or not JSON at all) is a MescError
     naming it: the line to fix where the file holds trial records too (an edit, a merge), else
     a file that is something else.
 
@@ -405,7 +406,8 @@ _THREADS_DONE = False
 
 
 def _limit_threads(threads):
-    """Limit this process' TF thread pools (before TF starts; a no-op once it has)."""
+    """Limit this process' TF thread pools (before TF starts; once it has, they stay as they
+    are and a RuntimeWarning says so where their size differs)."""
     global _THREADS_DONE
     if not threads or _THREADS_DONE:
         return
