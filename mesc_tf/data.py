@@ -135,8 +135,10 @@ def _read_mat(path: Path) -> dict[str, np.ndarray]:
             # v7.3 writes MATLAB's column-major arrays with the axes reversed: .T restores the
             # MATLAB shape, so fea is (n, pixels) and Y is (2016, 64, 38) in both layouts.
             with h5py.File(path, "r") as f:
-                sparse = [k for k, v in f.items() if "MATLAB_sparse" in v.attrs]
-                if sparse:  # a group of data/ir/jc, which v5 files hold as a sparse matrix
+                # A sparse variable is a group (data, ir, jc); the loaders read fea, gnd, Y.
+                sparse = [k for k, v in f.items()
+                          if k in ("fea", "gnd", "Y") and "MATLAB_sparse" in v.attrs]
+                if sparse:
                     raise MescError(f"{path} stores {', '.join(sparse)} as a sparse matrix in "
                                     "MATLAB v7.3 format; save it dense (full()) or with -v7")
                 return {k: np.asarray(v[()]).T for k, v in f.items() if isinstance(v, h5py.Dataset)}

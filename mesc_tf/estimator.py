@@ -322,9 +322,10 @@ class MESCClustering(ClusterMixin, BaseEstimator):
 
         k = self._n_clusters()
         settings = self._settings()
-        check_post_method(self.post_method)  # before pretraining
+        post_method = check_post_method(self.post_method)  # before pretraining; None: fast
         # An int >= 0, as scikit-learn's; True and False pass as 1 and 0.
-        if not (isinstance(self.verbose, (bool, numbers.Integral)) and self.verbose >= 0):
+        if not (isinstance(self.verbose, (bool, np.bool_, numbers.Integral))
+                and self.verbose >= 0):
             raise MescError(f"verbose must be a whole number >= 0, got {self.verbose!r}")
         verbose = min(int(self.verbose), 1)  # the progress lines have one level of detail
         weights = self._weights()
@@ -343,7 +344,7 @@ class MESCClustering(ClusterMixin, BaseEstimator):
             arch = self._architecture(x.shape[1:3])
             if weights is not None:
                 self._check_weights_architecture(weights, arch)
-        memory.check_memory(len(x), arch, settings.subspace_dim * k + 1, self.post_method)
+        memory.check_memory(len(x), arch, settings.subspace_dim * k + 1, post_method)
 
         # The order of experiments/pretrain.py followed by experiments/run.py.
         configure_runtime(seed)
@@ -368,12 +369,14 @@ class MESCClustering(ClusterMixin, BaseEstimator):
                   f"({settings.epochs} steps); auto-encoder: {source}")
         # Warnings from inside (thrC's, or scikit-learn's eigensolvers', some over several
         # lines) are raised again at the caller's line, one line each.
-        with warnings.catch_warnings(record=True) as caught:  # the filters as they are
-            result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=verbose,
-                                  post_method=self.post_method)
-        for seen in dict.fromkeys((w.category, " ".join(str(w.message).split()))
-                                  for w in caught):  # each once, in order
-            warnings.warn(seen[1], seen[0], stacklevel=3)
+        try:
+            with warnings.catch_warnings(record=True) as caught:  # the filters as they are
+                result = pipeline.run(x, None, k, settings, ae, seed=seed, verbose=verbose,
+                                      post_method=post_method)
+        finally:  # also before an error, which they may explain
+            for seen in dict.fromkeys((w.category, " ".join(str(w.message).split()))
+                                      for w in caught):  # each once, in order
+                warnings.warn(seen[1], seen[0], stacklevel=3)
         note = pipeline.empty_clusters_note(result["postcluster"], k)
         if note:
             warnings.warn(f"MESCClustering: {note}", MescWarning, stacklevel=3)

@@ -80,8 +80,8 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121,
     return int(max(train, post) + RUNTIME_BYTES)
 
 
-def _post_bytes(n: int, rank: int, post_method: str = "fast") -> int:
-    return ((4 + POST_N2_BYTES[post_method]) * n * n + 16 * n * min(int(rank), n)
+def _post_bytes(n: int, rank: int, post_method: str | None = "fast") -> int:
+    return ((4 + POST_N2_BYTES[post_method or "fast"]) * n * n + 16 * n * min(int(rank), n)
             + 64 * 2**20)
 
 
@@ -204,7 +204,8 @@ def check_memory(n_samples: int, arch: Architecture, rank: int = 121, post_metho
     need = memory_estimate(n_samples, arch, rank, post_method)
     have, available = available_text()
     if need > have:
-        other = ("" if post_method == "fast" or memory_estimate(n_samples, arch, rank) > have
+        other = ("" if post_method in (None, "fast")
+                 or memory_estimate(n_samples, arch, rank) > have
                  else f" (the {post_method} post-clustering's dense copies; the fast one needs "
                  "less)")
         raise MescError(f"a problem of {n_samples} samples needs about {size_text(need)}{other} "

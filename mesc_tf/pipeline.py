@@ -6,6 +6,7 @@ One code path: ``experiments/run.py``, the sweeps, the tables and
 :class:`mesc_tf.estimator.MESCClustering` all call these functions.
 """
 
+import dataclasses
 import gc
 import time
 
@@ -140,6 +141,10 @@ def cluster(coef, n_clusters: int, settings: Settings, seed=0, post_method=None,
     non-empty clusters (:func:`empty_clusters_note`); a figure that is not finite becomes None
     (JSON)."""
     if isinstance(settings, dict):  # get_config(name).mesc.to_dict(), say
+        unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(Settings)})
+        if unknown:
+            raise MescError(f"settings has no field {', '.join(map(repr, unknown))}; its fields "
+                            f"are {', '.join(f.name for f in dataclasses.fields(Settings))}")
         settings = Settings(**settings)
     if not isinstance(settings, Settings):
         raise MescError(f"settings must be a mesc_tf.config.Settings (e.g. get_config(name).mesc) "

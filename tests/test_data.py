@@ -677,6 +677,11 @@ def test_v73_sparse_variable_is_named_not_called_missing(tmp_path):
     msg = expect_error("stores fea as a sparse matrix in MATLAB v7.3 format", load_dataset,
                        "coil20", tmp_path)
     assert "no variable" not in msg and "corrupt" not in msg
+    # A sparse variable the loader does not read is no reason to refuse the file.
+    with h5py.File(tmp_path / "COIL20.mat", "w") as f:
+        f["fea"], f["gnd"] = (fea / 255.0).T, gnd.T
+        f.create_group("W").attrs["MATLAB_sparse"] = 4
+    assert load_dataset("coil20", tmp_path).x.shape == (40, 32, 32, 1)
 
 
 def test_validate_images_refuses_a_ragged_list_in_one_line():

@@ -626,9 +626,9 @@ def test_a_pretraining_no_better_than_zeros_warns(images, monkeypatch):
 def test_verbose_names_each_stage(images, capsys):
     """verbose 1 or more (scikit-learn's ints; 2 was refused): a line before pretraining,
     before fine-tuning (the two progress bars looked alike) and after clustering."""
-    for verbose in (1, 2):
+    for verbose in (1, 2, np.bool_(True)):
         MESCClustering(3, pretrain_steps=2, epochs=2, thr=0.2, subspace_dim=3, power=1.0,
-                       verbose=verbose).fit(images[0])
+                       verbose=verbose, post_method=None).fit(images[0])  # None: the fast route
         out = capsys.readouterr().out
         for line in ("MESCClustering: pretraining the auto-encoder on 90 images (at most 2 "
                      "steps)", "MESCClustering: fine-tuning on 90 images (16, 16), 3 clusters "
@@ -660,3 +660,20 @@ def test_warnings_from_inside_the_fit_point_at_the_caller_in_one_line(images, mo
         (UserWarning, "Exited at iteration 2000 with accuracies [1.2e-06 3.4e-07]",
          Path(__file__).name),
         (mesc_tf.MescWarning, "post-clustering: C has no nonzero entry", Path(__file__).name)]
+
+
+def test_warnings_from_inside_a_fit_that_fails_are_not_lost(images, monkeypatch):
+    """Recorded inside and raised again only after a normal return, a warning that explains
+    the failure (thrC's, before an overflow) was lost."""
+    def failing(*args, **kwargs):
+        warnings.warn("post-clustering: C has no nonzero entry", mesc_tf.MescWarning,
+                      stacklevel=1)
+        raise MescError("post_proC: the affinity overflowed")
+
+    monkeypatch.setattr(pipeline, "run", failing)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(MescError, match="affinity overflowed"):
+            MESCClustering(3, pretrain_steps=2, epochs=1).fit(images[0])
+    assert [(str(w.message), Path(w.filename).name) for w in caught] == [
+        ("post-clustering: C has no nonzero entry", Path(__file__).name)]

@@ -554,6 +554,9 @@ def test_pipeline_cluster_takes_settings_as_a_dict_and_names_a_sparse_c():
         pipeline.cluster(sp.csr_array(C), 4, s)
     with pytest.raises(MescError, match="settings must be a mesc_tf.config.Settings .*got list"):
         pipeline.cluster(C, 4, [0.2, 3, 2.0])
+    with pytest.raises(MescError, match="settings has no field 'extra'; its fields are "
+                       "framework, regularizer"):
+        pipeline.cluster(C, 4, {**s.to_dict(), "extra": 1})
 
 
 def test_nmi_refuses_an_unknown_average_method():

@@ -30,8 +30,8 @@ def check_square(C, where: str, name: str = "C") -> np.ndarray:
     if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] < 2:
         raise MescError(f"{where}: {name} must be a square n×n matrix with n >= 2, got shape "
                         f"{C.shape}; pass the {what}")
-    if C.dtype.kind == "V" and "float" in C.dtype.name:  # ml_dtypes' bfloat16 (a TF tensor's)
-        C = C.astype(np.float32)
+    if "float" in C.dtype.name and not np.issubdtype(C.dtype, np.floating):
+        C = C.astype(np.float32)  # ml_dtypes' bfloat16 or float8 (a TF tensor's)
     if not np.issubdtype(C.dtype, np.floating):
         if not (np.issubdtype(C.dtype, np.integer) or C.dtype == bool):
             raise MescError(f"{where}: {name} must be numeric, got dtype {C.dtype}; "
