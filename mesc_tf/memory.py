@@ -39,10 +39,14 @@ def _training_bytes_per_image(arch: Architecture) -> float:
     return 4 * 3.5 * per_image
 
 
-# Post-clustering's n² bytes beyond C: the fast route's one float64 buffer; the reference
-# route's dense float64 copies (pre-treated C, U·Uᵀ, the affinity, scikit-learn's Laplacian),
-# 36.3-36.5 n² by tracemalloc at n 2000-3000 (session 65); strict falls back to it.
+# Post-clustering's n² bytes beyond C, by route (`python benchmarks/post_memory.py --n 2000
+# 3000 4000 5000`, NumPy's buffers by tracemalloc; session 65): the fast route's one float64
+# buffer (6.2 n² at n 5000), but up to fast.DENSE_SVD_MAX_N its dense eigh of CᵀC holds CᵀC
+# and its eigenvectors too (16.4-16.7 n² at n 2000-4000); the reference route's dense float64
+# copies (pre-treated C, U·Uᵀ, the affinity, scikit-learn's Laplacian), 36.2-36.5 n² at n
+# 2000-5000; strict (32.2-32.5 n²) falls back to it.
 POST_N2_BYTES = {"fast": 8, "strict": 37, "reference": 37}
+POST_N2_BYTES_DENSE_SVD = 17  # the fast route at n <= fast.DENSE_SVD_MAX_N
 
 
 def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121,
@@ -63,8 +67,9 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121,
     without them: tests/test_reliability.py).
     Post-clustering (``pipeline.run`` has dropped the model) then holds C, the sparse
     thresholded C and the n × r embedding (r = ``rank``, d·K + 1) and, by ``post_method``, the
-    fast route's affinity/Laplacian/Cholesky buffer (one n² float64): less than fine-tuning
-    (MNIST at r 321: 1.2 GiB against 3.2), or the reference route's dense copies
+    fast route's affinity/Laplacian/Cholesky buffer (one n² float64; two more up to
+    ``DENSE_SVD_MAX_N``, ``POST_N2_BYTES_DENSE_SVD``): less than fine-tuning (MNIST at r 321:
+    1.2 GiB against 3.2), or the reference route's dense copies
     (``POST_N2_BYTES``; MNIST: 3.9 GiB, more than fine-tuning). The SVD's solvers work before
     the fast route's buffer exists, in less (PROPACK's basis is capped for it:
     ``postcluster.fast.SVD_PROPACK_MAX_SHARE``).
@@ -80,8 +85,18 @@ def memory_estimate(n_samples: int, arch: Architecture, rank: int = 121,
     return int(max(train, post) + RUNTIME_BYTES)
 
 
+def post_n2_bytes(n: int, post_method: str | None = "fast") -> int:
+    """Post-clustering's bytes beyond C, in units of n², by route (None: the fast one)."""
+    from mesc_tf.postcluster.fast import DENSE_SVD_MAX_N  # scikit-learn: not at import
+
+    route = post_method or "fast"
+    if route == "fast" and n <= DENSE_SVD_MAX_N:
+        return POST_N2_BYTES_DENSE_SVD
+    return POST_N2_BYTES[route]
+
+
 def _post_bytes(n: int, rank: int, post_method: str | None = "fast") -> int:
-    return ((4 + POST_N2_BYTES[post_method or "fast"]) * n * n + 16 * n * min(int(rank), n)
+    return ((4 + post_n2_bytes(n, post_method)) * n * n + 16 * n * min(int(rank), n)
             + 64 * 2**20)
 
 

@@ -29,19 +29,18 @@ def require_pretrained(dataset: str, options="--weights, --tf1-checkpoint or --n
     """:func:`pretrained_path` if that file exists, else one MescError that says how to make it
     or which ``options`` to pass instead."""
     path = pretrained_path(dataset)
-    if not is_file(path):
-        make = (f"make it with `make pretrain-{dataset}` (experiments/pretrain.py --dataset "
-                f"{dataset})")
-        if os.environ.get("MESC_PRETRAINED_DIR"):
-            raise MescError(f"no pretrained auto-encoder at {path}; {make}, or pass {options}")
-        checkout = Path(__file__).resolve().parents[1]
-        if not (checkout / "experiments" / "pretrain.py").is_file():  # `pip install .`
-            raise MescError(f"no pretrained auto-encoder at {path}: an installed copy of "
-                            "mesc_tf has no pretrained/ folder; set MESC_PRETRAINED_DIR to a "
-                            f"checkout's pretrained/, or pass {options}")
-        raise MescError(f"no pretrained auto-encoder at {path}; {make}, or pass {options}, or "
-                        "set MESC_PRETRAINED_DIR to a folder of them")
-    return path
+    if is_file(path):
+        return path
+    name, env, where = path.stem, os.environ.get("MESC_PRETRAINED_DIR"), ""
+    if (Path(__file__).resolve().parents[1] / "experiments" / "pretrain.py").is_file():
+        how = f"; make it with `make pretrain-{name}` (experiments/pretrain.py --dataset {name})"
+        where = "" if env else ", or set MESC_PRETRAINED_DIR to a folder of them"
+    elif env:  # `pip install .`: the package without the checkout's scripts and pretrained/
+        how = f"; make it with experiments/pretrain.py --dataset {name} in a checkout"
+    else:
+        how = (": an installed copy of mesc_tf has no pretrained/ folder; set "
+               "MESC_PRETRAINED_DIR to a checkout's pretrained/")
+    raise MescError(f"no pretrained auto-encoder at {path}{how}, or pass {options}{where}")
 
 
 @dataclass(frozen=True)

@@ -730,3 +730,14 @@ def test_bench_child_killed_by_a_signal_says_which(bench, monkeypatch, tmp_path,
     assert bench._failure(-signal.SIGSEGV) == "killed by SIGSEGV"
     assert "--no-original" not in bench._failure(-signal.SIGKILL, original=False)
     assert bench._failure(3) == "exit status 3"
+
+
+def test_post_memory_prints_each_route_beside_what_the_estimate_counts(capsys):
+    from mesc_tf import memory
+
+    post_memory = load_script("benchmarks/post_memory.py", "post_memory_cli")
+    post_memory.main(["--n", "60", "--clusters", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["n 60, fast", "n 60, strict",
+                                                     "n 60, reference"]
+    assert f"counted: {memory.post_n2_bytes(60, 'fast')} n²" in lines[0]

@@ -1825,6 +1825,7 @@ def test_a_missing_default_autoencoder_names_mesc_pretrained_dir(monkeypatch, tm
     from mesc_tf.errors import MescError
 
     monkeypatch.delenv("MESC_PRETRAINED_DIR", raising=False)
+    real_path = sources.pretrained_path
     monkeypatch.setattr(sources, "pretrained_path", lambda name: tmp_path / f"{name}.h5")
     with pytest.raises(MescError, match=r"make it with `make pretrain-orl` .*pass --weights, "
                        r"--tf1-checkpoint or --no-pretrain, or set MESC_PRETRAINED_DIR to a "
@@ -1838,6 +1839,11 @@ def test_a_missing_default_autoencoder_names_mesc_pretrained_dir(monkeypatch, tm
         sources.require_pretrained("orl")
     assert "make" not in str(info.value)
     monkeypatch.setenv("MESC_PRETRAINED_DIR", str(tmp_path))
+    monkeypatch.setattr(sources, "pretrained_path", real_path)
+    with pytest.raises(MescError, match=r"make it with experiments/pretrain.py --dataset orl in "
+                       r"a checkout, or pass --weights, --tf1-checkpoint or --no-pretrain$"):
+        sources.require_pretrained("ORL")  # the file and the command in lower case
+    monkeypatch.setattr(sources, "__file__", str(REPO / "mesc_tf" / "sources.py"))
     with pytest.raises(MescError, match=r"or pass --weights, --tf1-checkpoint or --no-pretrain$"):
         sources.require_pretrained("orl")
 
