@@ -59,7 +59,9 @@ def parse_args(argv=None):
                         "paper's row 3) or MESC-Net's on the coupled graph")
     args = p.parse_args(argv)
     # --set may address the rows chosen: for another one it would change nothing.
-    args = common.finish_args(p, args, scopes=[f"row{i}" for i in sorted(set(args.rows))])
+    # The rows' own axes (regulariser, framework) are not --set's: the table would mislabel them.
+    args = common.finish_args(p, args, scopes=[f"row{i}" for i in sorted(set(args.rows))],
+                              fixed=("framework", "regularizer"))
     if args.no_pretrain:
         p.error("the ablation has its own non-pretrained rows; give the pretrained auto-encoder "
                 "with --weights/--tf1-checkpoint (or the default pretrained/<dataset>.h5)")
@@ -79,8 +81,8 @@ def row_settings(dataset, idx, args):
                             f"row{idx}")
 
 
-def run_dataset(name, args, results):
-    d = common.load_data(name, args)
+def run_dataset(d, args, results):
+    name = d.name
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
     records = {}
     for idx in args.rows:
@@ -215,13 +217,14 @@ def figure(summary, args, path):
 def main(argv=None):
     args = parse_args(argv)
     if any(ROWS[i][2] for i in args.rows):
-        common.check_sources(args, args.datasets)
+        common.check_sources(args, args.datasets, no_pretrain_option=False)
+    loaded = common.load_all(args)
     results = common.Results(args, common.request_of(
         args, rows=args.rows, frobenius_settings=args.frobenius_settings,
         coupled_settings=args.coupled_settings), figures=["ablation.png"])
     summary = {}
     for name in args.datasets:
-        d, records = run_dataset(name, args, results)
+        d, records = run_dataset(loaded[name], args, results)
         summary[name] = summarise(d, records)
     md = markdown(summary, args)
     png = figure(summary, args, results.dir / "ablation.png")

@@ -202,7 +202,8 @@ def parser(name: str, doc: str, *, datasets, seeds=(0, 1, 2), methods=None):
     p.add_argument("--force", action="store_true",
                    help="rebuild the summary even if it was made for another request")
     p.add_argument("--redo", action="store_true",
-                   help="recompute finished runs instead of reusing them (implies --force)")
+                   help="recompute finished runs instead of reusing them (implies --force; "
+                        "an interrupted --redo run: the same command keeps the runs it made)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(experiment=name)
     return p
@@ -410,9 +411,10 @@ def ae_spec(src: dict) -> dict:
     return {"autoencoder": src["label"], "autoencoder_sha256": src["sha256"]}
 
 
-def check_sources(args, datasets):
+def check_sources(args, datasets, no_pretrain_option=True):
     """Fail early (before any training) if an auto-encoder file is missing, or holds another
-    architecture than its dataset's."""
+    architecture than its dataset's. ``no_pretrain_option``: whether the script takes
+    --no-pretrain (the error names it as a way out)."""
     from mesc_tf.config import get_config
 
     for name in datasets:
@@ -421,7 +423,8 @@ def check_sources(args, datasets):
             sources.resolve_autoencoder(name, weights=src.get("weights"),
                                         tf1_checkpoint=src.get("tf1_checkpoint"),
                                         no_pretrain=src.get("no_pretrain", False),
-                                        per_dataset=True, arch=get_config(name).arch)
+                                        per_dataset=True, arch=get_config(name).arch,
+                                        no_pretrain_option=no_pretrain_option)
         except MescError as e:
             raise MescError(f"{name}: {e}") from None
 
@@ -571,6 +574,51 @@ def _without_data_files(spec):
             for k, v in spec.items() if k != "data_files"}
 
 
+class Continuation:
+    """How an interrupted --force / --redo run goes on: the same command again keeps what it
+    had recomputed. ``path`` lists the work the run has finished (and when it began), rewritten
+    after each piece; a rerun with the option finds it and recomputes only the rest; the run
+    that completes removes it. Delete the file to recompute everything again."""
+
+    NAME = ".recomputing.json"
+
+    def __init__(self, folder, active: bool):
+        self.path = Path(folder) / self.NAME
+        self.active = active
+        self.began = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.finished: list[str] = []
+        self.resumed = False
+        if active and self.path.is_file():
+            try:
+                state = json.loads(self.path.read_text())
+                self.began, self.finished = str(state["began"]), list(map(str, state["finished"]))
+                self.resumed = True
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # unreadable (not ours): recompute everything
+        self._kept = set(self.finished)
+
+    def keeps(self, key: str) -> bool:
+        """Whether finished work ``key`` counts as done: always without the option; with it,
+        only what the interrupted run being continued finished."""
+        return not self.active or key in self._kept
+
+    def note(self, key: str):
+        """After each piece of work recorded: add it to the file."""
+        if self.active:
+            self.finished.append(key)
+            files.write_json(self.path, {"began": self.began, "finished": self.finished})
+
+    def done(self):
+        """The run completed: a rerun with the option recomputes everything again."""
+        if self.active:
+            self.path.unlink(missing_ok=True)
+
+    def describe(self, what) -> str:
+        """The line a continued run prints (``what``: "run(s)", "cell(s)")."""
+        return (f"continuing the recomputation begun {self.began}: what it finished is kept "
+                f"({len(self._kept)} {what}; delete {self.path} to recompute that too)")
+
+
 class Results:
     """The output folder of one experiment (see the module docstring)."""
 
@@ -600,6 +648,9 @@ class Results:
         self.reused = 0
         self.computed = 0
         self.data_files = {}  # {dataset: its runs' data files (None: recorded before them)}
+        self.continuation = Continuation(self.runs, bool(args.redo))
+        if self.continuation.resumed:
+            print(self.continuation.describe("run(s)"))
 
     def path(self, key: str, suffix=".json") -> Path:
         return self.runs / f"{key}{suffix}"
@@ -607,7 +658,7 @@ class Results:
     def get(self, key: str, spec: dict):
         """The finished record of ``key`` if it was made with ``spec`` (None: compute it)."""
         path = self.path(key)
-        if not path.exists() or self.args.redo:
+        if not path.exists() or not self.continuation.keeps(key):
             return None
         try:
             rec = json.loads(path.read_text())
@@ -662,6 +713,7 @@ class Results:
             self.path(key).unlink(missing_ok=True)
             files.save_npy(self.path(key, ".npy"), array)
         files.write_json(self.path(key), rec)
+        self.continuation.note(key)
         self.computed += 1
         self._note_data(rec["spec"])
         return rec
@@ -682,6 +734,7 @@ class Results:
         md = self.dir / f"{self.args.experiment}.md"
         markdown += f"Command: `python {command}`\n"
         atomic_write_text(md, markdown)
+        self.continuation.done()
         print(f"{self.computed} run(s) computed, {self.reused} reused from {self.runs}")
         for path in [self.summary_path, md, *figures]:
             print(f"wrote {_rel(path)}")

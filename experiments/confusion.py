@@ -168,11 +168,13 @@ def main(argv=None):
     loaded = common.load_all(args)
     results = common.Results(args, common.request_of(args),
                              figures=[f"{name}_confusion.png" for name in args.datasets])
-    summary, pngs = {}, []
+    summary = {}
     for name in args.datasets:
         d, out = run_dataset(loaded[name], args, results)
-        pngs.append(figure(name, out, results.dir / f"{name}_confusion.png"))
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": out}
+    # Drawn once every dataset has run: a stopped run leaves no figure newer than its summary.
+    pngs = [figure(name, s["methods"], results.dir / f"{name}_confusion.png")
+            for name, s in summary.items()]
     md = markdown(summary, args)
     results.finish({"datasets": summary}, md, pngs)
     return summary

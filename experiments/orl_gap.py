@@ -87,8 +87,9 @@ def main(argv=None):
     cfg = get_config("orl")
     settings = cfg.mesc.replace(epochs=args.epochs)
     ds = load_dataset("orl", args.data_dir)
-    specs = {"authors'": sources.resolve_autoencoder("orl", tf1_checkpoint=args.tf1_checkpoint),
-             "ours": sources.resolve_autoencoder("orl", weights=args.weights)}
+    specs = {"authors'": sources.resolve_autoencoder("orl", tf1_checkpoint=args.tf1_checkpoint,
+                                                     arch=cfg.arch),
+             "ours": sources.resolve_autoencoder("orl", weights=args.weights, arch=cfg.arch)}
     coefs = {}
     for name, spec in specs.items():
         configure_runtime(0)
@@ -126,4 +127,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(cli.main_guard(main))
+    sys.exit(cli.main_guard(main, interrupted=lambda: "interrupted; nothing was written"))

@@ -53,10 +53,10 @@ def fmt(v):
     return f"{v:g}"
 
 
-def run_dataset(name, args, results):
+def run_dataset(d, args, results):
     import numpy as np
 
-    d = common.load_data(name, args)
+    name = d.name
     print(f"{name}: {d.n} images, {d.n_clusters} clusters")
     src = common.ae_source(args, name)
     base = common.configure(common.preset(name, "our"), args, "our")
@@ -172,12 +172,13 @@ def main(argv=None):
 
     args = parse_args(argv)
     common.check_sources(args, args.datasets)
+    loaded = common.load_all(args)
     results = common.Results(args, common.request_of(args, lambda1=args.lambda1,
                                                      lambda2=args.lambda2),
                              figures=["sensitivity.png"])
     summary = {}
     for name in args.datasets:
-        d, acc, nmi, cells = run_dataset(name, args, results)
+        d, acc, nmi, cells = run_dataset(loaded[name], args, results)
         am, asd = stats(acc)
         nm, nsd = stats(nmi)
         cfg = get_config(name).mesc

@@ -18,9 +18,10 @@ seed the spectral clustering of that C. Writes, in --out (default experiments/re
 Resumable: a finished cell whose settings, seeds (in any order), auto-encoder and data files
 (by SHA-256; a cell from before they were recorded has none) are unchanged is kept when the
 command is rerun (pass --force to recompute it; --retry-failed recomputes only the cells with a
-failed seed, such as one stopped by a full memory). --max-epochs N caps every
-method's fine-tuning steps for SMOKE TESTS only; the cells whose steps it lowered are flagged
-in both files.
+failed seed, such as one stopped by a full memory). An interrupted --force run goes on with the
+same command: the cells it finished are kept (--out's .recomputing.json lists them).
+--max-epochs N caps every method's fine-tuning steps for SMOKE TESTS only; the cells whose
+steps it lowered are flagged in both files.
 """
 
 import datetime
@@ -98,7 +99,8 @@ def parse_args(argv=None):
                    help="TF/BLAS threads per worker (default 1 when --jobs > 1)")
     p.add_argument("--max-epochs", type=cli.at_least(1), metavar="N",
                    help="SMOKE TESTS ONLY: cap fine-tuning at N steps (cells are flagged)")
-    p.add_argument("--force", action="store_true", help="recompute cells already finished")
+    p.add_argument("--force", action="store_true", help="recompute cells already finished "
+                   "(an interrupted --force run: the same command keeps the cells it finished)")
     p.add_argument("--retry-failed", action="store_true", help="recompute the finished cells "
                    "that have failed seeds (main_table.json's failed_seeds), keeping the rest")
     args = p.parse_args(argv)
@@ -115,6 +117,9 @@ def parse_args(argv=None):
         common.check_one_source(args.weights, args.tf1_checkpoint, DATASETS)
     except (ValueError, MescError) as e:
         p.error(str(e))
+    if args.force and args.retry_failed:
+        p.error("--force recomputes every cell and --retry-failed only those with failed seeds: "
+                "give one of them")
     # Said, not refused: the Makefile names ORL's auto-encoder whichever datasets run.
     for option, paths in (("--weights", args.weights), ("--tf1-checkpoint", args.tf1_checkpoint)):
         for d, path in paths.items():
@@ -350,7 +355,8 @@ def main(argv=None):
     json_path = args.out / "main_table.json"
     table = load_cells(json_path)  # before any training
     data_dir = data.find_data_dir(args.data_dir)
-    todo, kept, skipped = _plan(args, table, data_dir)
+    cont = common.Continuation(args.out, args.force)  # an interrupted --force goes on
+    todo, kept, skipped = _plan(args, table, data_dir, cont)
     if not todo and not kept:  # nothing to run, and nothing to record: leave the table be
         raise MescError(f"no dataset could be run, all {len(skipped)} skipped (the first: "
                         f"{skipped[0]}); set --data-dir or MESC_DATA_DIR, or name datasets "
@@ -358,6 +364,8 @@ def main(argv=None):
     common.check_writable_dir(args.out)  # before any cell runs; made by the first cell
     for line in skipped:
         print(f"skipped {line}")
+    if cont.resumed:
+        print(cont.describe("cell(s)"))
     print(f"{len(todo)} cells to run, {kept} kept from {json_path}; seeds {args.seeds}, "
           f"--jobs {args.jobs}" + (f", SMOKE --max-epochs {args.max_epochs}" if args.max_epochs
                                    else ""))
@@ -374,18 +382,21 @@ def main(argv=None):
               f"seeds, {c['seconds']:.0f} s", flush=True)
         _write(args.out, ran, f"Last invocation: {done} of {len(todo)} cells run so far, "
                f"{time.perf_counter() - start:.0f} s.")
+        cont.note(f"{d}/{m}")
     wall = time.perf_counter() - start
     _write(args.out, ran, f"Last invocation: {len(todo)} cells run and {kept} kept from an "
            f"earlier run, {wall:.0f} s wall time with --jobs {args.jobs}." +
            (f" Skipped (no data or auto-encoder): {'; '.join(skipped)}." if skipped else ""))
+    cont.done()
     print(f"{json_path}\n{args.out / 'main_table.md'}\n{wall:.0f} s")
     return table
 
 
-def _plan(args, table, data_dir):
+def _plan(args, table, data_dir, cont):
     """(cells to run as (dataset, method, auto-encoder, settings, sweep.Group), the number kept
-    from ``table`` (finished for this request), the datasets skipped: no data or auto-encoder,
-    an error where --datasets names them)."""
+    from ``table`` (finished for this request; with --force, by the interrupted --force run
+    ``cont`` continues), the datasets skipped: no data or auto-encoder, an error where
+    --datasets names them)."""
     from mesc_tf import data, sweep
     from mesc_tf.config import get_config
     from mesc_tf.errors import MescError
@@ -407,8 +418,8 @@ def _plan(args, table, data_dir):
             s = cell_settings(d, m, cap)
             cell = table.get(d, {}).get(m)
             retry = args.retry_failed and isinstance(cell, dict) and cell.get("failed_seeds")
-            if not (args.force or retry) and cell_is_current(cell, s, args.seeds, ae, cap,
-                                                             data_files):
+            if not retry and cell_is_current(cell, s, args.seeds, ae, cap, data_files) \
+                    and cont.keeps(f"{d}/{m}"):
                 kept += 1
                 continue
             trials = tuple(sweep.Trial(s, seed) for seed in args.seeds)

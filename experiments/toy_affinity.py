@@ -202,13 +202,15 @@ def main(argv=None):
                                                      zero_diagonal=args.zero_diagonal),
                              figures=[f"{name}_{kind}.png" for name in args.datasets
                                       for kind in ("affinity", "cosine")])
-    summary, pngs = {}, []
+    summary, ran = {}, {}
     for name in args.datasets:
-        d, out = run_dataset(loaded[name], args, results)
-        pngs.append(draw_matrices(name, d, out, results.dir / f"{name}_affinity.png", args))
-        pngs.append(draw_cosine(name, out, results.dir / f"{name}_cosine.png"))
+        d, out = ran[name] = run_dataset(loaded[name], args, results)
         summary[name] = {"n": d.n, "n_clusters": d.n_clusters, "methods": {
             m: {k: v for k, v in r.items() if k != "A"} for m, r in out.items()}}
+    # Drawn once every dataset has run: a stopped run leaves no figure newer than its summary.
+    pngs = [png for name, (d, out) in ran.items() for png in (
+        draw_matrices(name, d, out, results.dir / f"{name}_affinity.png", args),
+        draw_cosine(name, out, results.dir / f"{name}_cosine.png"))]
     md = markdown(summary, args)
     results.finish({"datasets": summary}, md, pngs)
     return summary

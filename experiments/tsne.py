@@ -172,12 +172,13 @@ def main(argv=None):
     results = common.Results(args, common.request_of(
         args, tsne_samples=args.tsne_samples, perplexity=args.perplexity, color_by=args.color_by),
         figures=[f"{name}_tsne.png" for name in args.datasets])
-    summary, pngs = {}, []
+    summary, ran = {}, {}
     for name in args.datasets:
-        d, m, panels = run_dataset(loaded[name], args, results)
-        pngs.append(figure(name, d, m, panels, args, results.dir / f"{name}_tsne.png"))
+        d, m, panels = ran[name] = run_dataset(loaded[name], args, results)
         summary[name] = {"n": d.n, "tsne_points": m, "panels": [
             {k: v for k, v in p.items() if k not in ("emb", "colors")} for p in panels]}
+    # Drawn once every dataset has run: a stopped run leaves no figure newer than its summary.
+    pngs = [figure(name, *r, args, results.dir / f"{name}_tsne.png") for name, r in ran.items()]
     md = markdown(summary, args)
     results.finish({"datasets": summary}, md, pngs)
     return summary

@@ -309,6 +309,9 @@ def test_confusion_ticks_name_digit_classes_by_their_digit(monkeypatch, tmp_path
     ("convergence", ["--set", "epochs=1.5"], "takes whole numbers"),
     ("convergence", ["--set", "subspace_dim=inf"], "must be finite"),
     ("sensitivity", ["--set", "our.reg2=7"], "sets reg2 itself"),
+    # The rows' own axes: the table would label a coupled row "Dec ✓".
+    ("ablation", ["--set", "framework=coupled"], "sets framework itself"),
+    ("ablation", ["--rows", "1", "--set", "row1.regularizer=l2"], "sets regularizer itself"),
     ("sensitivity", ["--set", "variant=foo"], "unknown variant 'foo'"),
     # --epochs won over --set epochs= silently (for every scope).
     ("confusion", ["--set", "dsc_l1.epochs=50", "--epochs", "100"],
@@ -530,9 +533,12 @@ def test_bad_values_are_refused_before_any_output(script, argv, message, capsys,
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("script", ["toy_affinity", "tsne", "confusion"])
+@pytest.mark.parametrize("script, extra", [
+    ("toy_affinity", ["--no-pretrain"]), ("tsne", ["--no-pretrain"]),
+    ("confusion", ["--no-pretrain"]), ("ablation", ["--rows", "2"]),
+    ("sensitivity", ["--no-pretrain"])])
 def test_a_missing_data_file_is_refused_before_the_datasets_ahead_of_it_run(
-        script, shared_data, runtime, tmp_path, monkeypatch, capsys):
+        script, extra, shared_data, runtime, tmp_path, monkeypatch, capsys):
     """--datasets toy orl without ORL's file: one error line before toy is trained and drawn,
     not after (figures beside no summary); convergence skips such a dataset instead."""
     import importlib
@@ -546,7 +552,7 @@ def test_a_missing_data_file_is_refused_before_the_datasets_ahead_of_it_run(
     out = tmp_path / "out"
     mod = importlib.import_module(f"experiments.{script}")
     with pytest.raises(SystemExit) as e:
-        common.run_main(mod.main, [*SMOKE, "--no-pretrain", "--datasets", "toy", "orl",
+        common.run_main(mod.main, [*SMOKE, *extra, "--datasets", "toy", "orl",
                                    "--data-dir", str(data_dir), "--out", str(out)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "orl data file not found" in err and err.count("\n") == 1, err
@@ -709,15 +715,19 @@ def fake_train(data_env, monkeypatch):
     """common.train replaced by a stand-in that returns at once: C is the ideal block matrix of
     the labels (every clustering is right), the history is ``history`` (per dataset name), and
     the pretraining time 12.5 s for a pretrained source. ``calls`` lists (dataset,
-    regulariser, framework, seed, labels) per training."""
+    regulariser, framework, seed, labels) per training; a training where ``interrupt(calls)``
+    is true is stopped by a Ctrl-C."""
     from types import SimpleNamespace
 
     from experiments import common
 
-    state = SimpleNamespace(calls=[], history={}, bad=lambda settings: False, data=data_env)
+    state = SimpleNamespace(calls=[], history={}, bad=lambda settings: False, data=data_env,
+                            interrupt=lambda calls: False)
 
     def train(d, settings, src, args, seed, inspect=None):
         state.calls.append((d.name, settings.regularizer, settings.framework, seed, d.y.tolist()))
+        if state.interrupt(state.calls):
+            raise KeyboardInterrupt
         coef = (d.y[:, None] == d.y[None, :]).astype(np.float32)
         if state.bad(settings):
             coef[0, 0] = np.nan
@@ -761,6 +771,53 @@ def test_ablation_fine_tunes_a_pretrained_row_once_and_the_others_per_seed(fake_
     summary = ablation.main([*SMOKE, "--datasets", "toy", "--rows", "8", "--weights",
                              f"toy={tmp_path / 'missing.h5'}", "--out", str(tmp_path / "b")])
     assert summary["toy"]["rows"][8]["acc_mean"] == 1.0
+
+
+def test_an_interrupted_redo_goes_on_with_the_same_command(fake_train, tmp_path, capsys):
+    """Ctrl-C during `--redo` says "rerun the same command": that rerun keeps the runs the
+    --redo made and recomputes only the rest (it recomputed all of them); once it completes,
+    --redo recomputes every run again."""
+    from experiments import ablation
+
+    out = tmp_path / "abl"
+    argv = [*SMOKE, "--datasets", "toy", "--rows", "2", "8", "--seeds", "0", "--out", str(out)]
+    ablation.main(argv)
+    marker = out / "runs" / ".recomputing.json"
+    assert len(fake_train.calls) == 2 and not marker.exists()
+    fake_train.calls.clear()
+    fake_train.interrupt = lambda calls: len(calls) == 2  # row 8, after row 2 was recorded
+    with pytest.raises(KeyboardInterrupt):
+        ablation.main([*argv, "--redo"])
+    assert [c[2] for c in fake_train.calls] == ["decoupled", "coupled"] and marker.exists()
+    fake_train.calls.clear()
+    fake_train.interrupt = lambda calls: False
+    capsys.readouterr()
+    ablation.main([*argv, "--redo"])
+    printed = capsys.readouterr().out
+    assert [c[2] for c in fake_train.calls] == ["coupled"] and not marker.exists()
+    assert "what it finished is kept (1 run(s); delete" in printed
+    assert "1 run(s) computed, 1 reused" in printed
+    fake_train.calls.clear()
+    ablation.main([*argv, "--redo"])
+    assert len(fake_train.calls) == 2
+
+
+@pytest.mark.parametrize("script, png", [("toy_affinity", "toy_affinity.png"),
+                                         ("tsne", "toy_tsne.png"),
+                                         ("confusion", "toy_confusion.png")])
+def test_figures_are_drawn_once_every_dataset_has_run(script, png, fake_train, tmp_path):
+    """Stopped during its second dataset, a figure script has drawn none of the first's
+    figures: they would be newer than the summary beside them (another run's)."""
+    import importlib
+
+    mod = importlib.import_module(f"experiments.{script}")
+    fake_train.interrupt = lambda calls: calls[-1][0] == "orl"
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        mod.main([*SMOKE, "--no-pretrain", "--datasets", "toy", "orl", "--methods", "our",
+                  "--out", str(out)])
+    assert fake_train.calls[0][0] == "toy" and (out / "runs").is_dir()
+    assert not list(out.glob("*.png")) and not (out / png).exists()
 
 
 def test_ablation_rows_and_paper_columns():
@@ -1435,6 +1492,13 @@ def test_check_sources_names_the_dataset_and_labels_show_short_paths(monkeypatch
         check_sources(args, ["coil20"])
     beside = root.parent / "shared" / "ae.h5"
     assert display_label(f"h5:{beside}") == "h5:../shared/ae.h5"
+    # A missing default auto-encoder: --no-pretrain is named only where the script takes it
+    # (ablation refuses it).
+    args = Namespace(tf1_checkpoint=[], weights=[], no_pretrain=False)
+    for option, named in ((True, True), (False, False)):
+        with pytest.raises(MescError, match="^coil40: ") as e:
+            check_sources(args, ["coil40"], no_pretrain_option=option)
+        assert ("--no-pretrain" in str(e.value)) == named, str(e.value)
 
 
 def test_the_default_autoencoder_reports_its_pretraining_time(monkeypatch, tmp_path):
@@ -1893,3 +1957,10 @@ def test_orl_gap_prints_the_figures_of_both_autoencoders(synthetic_data, synthet
         cli.main_guard(lambda: mod.main([*base, "--weights", str(tmp_path / "none.h5")]))
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "none.h5 not found" in err
+    # Another dataset's auto-encoder: refused before the authors' fine-tuning, not after.
+    coil = save_autoencoder(ConvAutoEncoder(get_config("coil20").arch).build_for_input(),
+                            tmp_path / "coil20.h5")
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(lambda: mod.main([*base, "--weights", str(coil)]))
+    printed = capsys.readouterr()
+    assert e.value.code == 2 and "holds an auto-encoder for" in printed.err and not printed.out

@@ -803,8 +803,56 @@ def test_table_retry_failed_plans_only_the_cells_with_failed_seeds(synthetic_dat
             f"toy={toy_weights}", "--out", str(tmp_path)]
     for extra, planned in (([], []), (["--retry-failed"], ["our"])):
         args = table.parse_args([*argv, *extra])
-        todo, kept, _ = table._plan(args, {"toy": cells}, None)
+        cont = table.common.Continuation(tmp_path, args.force)
+        todo, kept, _ = table._plan(args, {"toy": cells}, None, cont)
         assert [m for _, m, *_ in todo] == planned and kept == 2 - len(planned)
+
+
+def test_an_interrupted_table_force_goes_on_with_the_same_command(synthetic_data, toy_weights,
+                                                                   tmp_path, capsys, monkeypatch):
+    """Ctrl-C during `table.py --force` says "rerun the same command": that rerun keeps the
+    cells the forced run finished and recomputes only the others (it recomputed all of them);
+    once it completes, --force recomputes every cell again."""
+    monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
+    mod = _script("table")
+    ran, stop_after = [], [None]
+
+    def run(todo, args, data_dir):
+        for cell in todo:
+            if len(ran) == stop_after[0]:
+                raise KeyboardInterrupt
+            ran.append(cell[1])
+            yield _result(args.seeds, tag=cell[1]), cell
+
+    monkeypatch.setattr(mod, "_run", run)
+    out = tmp_path / "t"
+    argv = ["--datasets", "toy", "--methods", "our,dsc_l1,dsc_l2", "--seeds", "0", "--weights",
+            f"toy={toy_weights}", "--out", str(out)]
+    mod.main(argv)
+    marker = out / ".recomputing.json"
+    assert ran == ["our", "dsc_l1", "dsc_l2"] and not marker.exists()
+    ran.clear()
+    stop_after[0] = 1
+    with pytest.raises(KeyboardInterrupt):
+        mod.main([*argv, "--force"])
+    assert ran == ["our"] and marker.exists()
+    ran.clear()
+    stop_after[0] = None
+    capsys.readouterr()
+    mod.main([*argv, "--force"])
+    printed = capsys.readouterr().out
+    assert ran == ["dsc_l1", "dsc_l2"] and "2 cells to run, 1 kept" in printed
+    assert f"what it finished is kept (1 cell(s); delete {marker} to recompute" in printed
+    assert not marker.exists()
+    ran.clear()
+    mod.main([*argv, "--force"])
+    assert ran == ["our", "dsc_l1", "dsc_l2"]
+
+
+def test_table_refuses_force_with_retry_failed(capsys):
+    with pytest.raises(SystemExit):
+        _script("table").parse_args(["--force", "--retry-failed"])
+    assert "--force recomputes every cell and --retry-failed only" in capsys.readouterr().err
 
 
 def test_table_flags_only_the_cells_max_epochs_capped(synthetic_data, toy_weights, tmp_path,
