@@ -784,12 +784,18 @@ def _differences(old, new, prefix=""):
 
 
 def request_of(args, **extra) -> dict:
-    """The options that shape the outputs (for the summary's guard)."""
+    """The options that shape the outputs (for the summary's guard). An auto-encoder path for a
+    dataset the run does not make (the Makefile's ORL checkpoint for `make toy`) is left out:
+    the bare command makes the same summary."""
     req = {k: getattr(args, k, None) for k in
            ("datasets", "seeds", "epochs", "classes", "per_class", "methods", "set")}
-    for k in ("weights", "tf1_checkpoint", "no_pretrain"):
-        if getattr(args, k, None):
-            req[k] = getattr(args, k)
+    for k, option in (("weights", "--weights"), ("tf1_checkpoint", "--tf1-checkpoint")):
+        used = [v for v in getattr(args, k, None) or []
+                if {None, *args.datasets} & set(per_dataset([v], option))]
+        if used:
+            req[k] = used
+    if getattr(args, "no_pretrain", None):
+        req["no_pretrain"] = True
     req.update(extra)
     return req
 

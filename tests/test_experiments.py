@@ -1410,10 +1410,14 @@ def test_summary_guard_covers_every_option_that_shapes_it(tmp_path):
     (tmp_path / "ablation.json").write_text(json.dumps({"request": common._norm(req)}))
     common.Results(args, req)  # the same request: taken
     for argv, rows in ((["--classes", "2"], (1,)), (["--weights", "orl=w.h5"], (1,)),
-                       ([], (1, 2))):
+                       (["--weights", "w.h5"], (1,)), ([], (1, 2))):
         other, req = request(*argv, rows=rows)
         with pytest.raises(MescError, match="another request"):
             common.Results(other, req)
+    # A path for a dataset the run does not make shapes nothing (`make toy` passes ORL's).
+    common.Results(*request("--tf1-checkpoint", "COIL20=x", "--weights", "eyaleb=w.h5"))
+    assert request("--tf1-checkpoint", "orl=x", "--tf1-checkpoint", "coil20=y")[1][
+        "tf1_checkpoint"] == ["orl=x"]
 
 
 def test_run_records_count_what_was_reused_and_tell_seeds_apart(tmp_path):
