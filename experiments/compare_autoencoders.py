@@ -47,7 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", help="data folder (default: $MESC_DATA_DIR, then ./data)")
     p.add_argument("--out", help="output folder (default experiments/results/autoencoders; "
                    "required with --max-epochs, so that a smoke test never writes there)")
-    p.add_argument("--force", action="store_true", help="recompute cells already finished")
+    p.add_argument("--force", action="store_true", help="recompute cells and diagnostics "
+                   "already finished (an interrupted --force run: the same command keeps what "
+                   "it finished)")
     p.add_argument("--jobs", type=cli.at_least(1), default=1,
                    help="parallel cells, as table.py's --jobs (default 1); more than 1 runs each "
                         "with one BLAS thread, which can move ORL's labels "
@@ -213,12 +215,24 @@ def main(argv=None):
     shared = ["--datasets", *args.datasets, "--methods", *args.methods,
               "--seeds", ",".join(map(str, args.seeds)),
               "--jobs", str(args.jobs), "--data-dir", str(data_dir),
-              *(["--force"] if args.force else []),
               *(["--max-epochs", str(args.max_epochs)] if args.max_epochs is not None else [])]
-    ours = table.main([*shared, "--out", str(args.out / "ours")])
-    original = table.main([*shared, "--out", str(args.out / "original"), *[
+    # An interrupted --force goes on with the same command: a table it finished, and a row it
+    # wrote, are not recomputed again (each table keeps its own finished cells too).
+    cont = common.Continuation(args.out, args.force)
+    if cont.resumed:
+        print(cont.describe("table(s) and row(s)"))
+
+    def run_table(name, extra=()):
+        force = ["--force"] if not cont.keeps(name) else []
+        cells = table.main([*shared, *force, "--out", str(args.out / name), *extra])
+        if force:
+            cont.note(name)
+        return cells
+
+    ours = run_table("ours")
+    original = run_table("original", [
         a for d in args.datasets
-        for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")]])
+        for a in ("--tf1-checkpoint", f"{d}={args.tf1_dir / ORIGINAL_CHECKPOINTS[d]}")])
     command = provenance.command("experiments/compare_autoencoders.py", argv)
     keep = ("acc", "nmi", "seeds", "failed_seeds", "max_epochs", "settings",
             "autoencoder_id", "data_files", "jobs", "threads_per_job", "machine", "finished")
@@ -227,7 +241,7 @@ def main(argv=None):
         key = diagnostics_key(d, tf1_prefix, args.seeds,
                               data.load_dataset(d, data_dir).file_hashes)
         kept = table.load_table(json_path).get(d, {})
-        if kept.get("diagnostics_key") == key and not args.force:  # same files, seeds, settings
+        if kept.get("diagnostics_key") == key and cont.keeps(d):  # same files, seeds, settings
             errors, diag = kept["relative_error"], kept["codes"]
         else:
             diag = autoencoder_diagnostics(d, data_dir, tf1_prefix, args.seeds)
@@ -246,6 +260,8 @@ def main(argv=None):
                           "versions": provenance.versions()}
             files.write_json(json_path, summary)
             atomic_write_text(args.out / "autoencoders.md", render_md(summary))
+        cont.note(d)
+    cont.done()
     print(f"{args.out / 'autoencoders.md'}")
     return summary
 

@@ -1169,7 +1169,8 @@ def test_compare_autoencoders_md_medians_ratio_and_verdict():
 def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, shared_data,
                                                                  tmp_path, monkeypatch):
     """--force, --jobs, --max-epochs and the seeds reach both table runs; the original side
-    runs from the original checkpoint; each dataset's row is saved as soon as it is done."""
+    runs from the original checkpoint; each dataset's row is saved as soon as it is done, and
+    the same --force command after a stop recomputes neither the tables nor that row."""
     import importlib
 
     from experiments import compare_autoencoders
@@ -1185,8 +1186,11 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
         row = {"acc": [0.5], "nmi": [0.5], "seeds": [0], "max_epochs": 2}
         return {d: {"our": row} for d in ("toy", "coil20")}
 
+    diagnosed, stop = [], ["coil20"]
+
     def fake_diagnostics(dataset, data_dir, tf1_prefix, seeds):
-        if dataset == "coil20":
+        diagnosed.append(dataset)
+        if dataset in stop:
             raise RuntimeError("stopped in coil20's diagnostics")
         return {k: {"relative_error": 0.01, "mean_abs_code": 1.0, "lsr": {}}
                 for k in ("ours", "original")}
@@ -1209,6 +1213,18 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
     assert [a for a in original if a.startswith("toy=")] == [
         f"toy={tf1_dir / ORIGINAL_CHECKPOINTS['toy']}"]
     assert list(json.loads((out / "autoencoders.json").read_text())) == ["toy"]
+    calls.clear()
+    diagnosed.clear()
+    stop.clear()
+    argv = ["--datasets", "toy", "coil20", "--seeds", "0", "--max-epochs", "2", "--force",
+            "--tf1-dir", str(tf1_dir), "--data-dir", str(shared_data), "--out", str(out)]
+    compare_autoencoders.main(argv)
+    assert len(calls) == 2 and not [a for a in calls if "--force" in a]
+    assert diagnosed == ["coil20"] and not (out / ".recomputing.json").exists()
+    calls.clear()
+    diagnosed.clear()
+    compare_autoencoders.main(argv)  # completed: --force recomputes everything again
+    assert all("--force" in a for a in calls) and diagnosed == ["toy", "coil20"]
 
 
 def test_compare_autoencoders_redoes_diagnostics_on_other_data(tf1_ckpts, shared_data,
