@@ -212,6 +212,10 @@ def bad_fits():
     yield "n_clusters float", MESCClustering(2.5), x, "n_clusters"
     yield "n_clusters None", MESCClustering(None), x, "n_clusters"
     yield "framework", MESCClustering(2, framework="mixed"), x, "framework"
+    yield "regularizer", MESCClustering(2, regularizer="l3"), x, "regularizer"
+    yield "variant", MESCClustering(2, variant="x"), x, "variant"
+    yield "coef_init inf", MESCClustering(2, coef_init=np.inf), x, "coef_init"
+    yield "recon_scale -1", MESCClustering(2, recon_scale=-1.0), x, "recon_scale"
     yield "lr", MESCClustering(2, lr=-1), x, "lr"
     yield "power inf", MESCClustering(2, power=np.inf), x, r"power \(--power\) must be a finite"
     yield "epochs inf", MESCClustering(2, epochs=np.inf), x, "must be a whole number >= 0, got inf"
@@ -455,6 +459,33 @@ def test_same_results_as_cli_path(fitted, images, tmp_path):
     np.testing.assert_array_equal(labels, cli_result["labels"])
     for k, v in cli_result["history"].items():
         np.testing.assert_array_equal(est.history_[k], v)
+
+
+def test_every_setting_reaches_fine_tuning_and_clustering(images, tmp_path):
+    """Each fine-tuning and clustering parameter, at a value other than its default, is the one
+    used: settings_ holds them all, and C and the labels are pipeline.run's with them."""
+    from dataclasses import fields
+
+    from mesc_tf.model import ConvAutoEncoder
+    from mesc_tf.training import configure_runtime
+
+    x, _ = images
+    values = dict(framework="coupled", regularizer="l2", reg1=0.5, reg2=2.0, lr=2e-4, epochs=5,
+                  coef_init=1e-3, recon_scale=0.5, thr=0.3, subspace_dim=4, power=2.0,
+                  variant="dsc")
+    assert set(values) == {f.name for f in fields(Settings)}
+    default = Settings()
+    assert all(getattr(default, k) != v for k, v in values.items())
+    arch = default_architecture(x.shape[1:3])
+    configure_runtime(SEED)
+    path = save_autoencoder(ConvAutoEncoder(arch).build_for_input(), tmp_path / "start.h5")
+    est = MESCClustering(3, weights=path, random_state=SEED, **values).fit(x)
+    assert est.settings_ == Settings(**values)
+    configure_runtime(SEED)
+    ae = sources.get_autoencoder(arch, weights=path)[0]
+    want = pipeline.run(x[..., None], None, 3, Settings(**values), ae, seed=SEED, verbose=0)
+    np.testing.assert_array_equal(est.coef_, want["coef"])
+    np.testing.assert_array_equal(est.labels_, want["labels"])
 
 
 def _load_script(name):

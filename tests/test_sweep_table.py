@@ -1167,7 +1167,7 @@ def test_table_refuses_a_malformed_table_before_any_training(tmp_path, capsys, m
 
 def _result(seeds, failed=(), tag="our"):
     """A sweep.run_groups result, as a table cell's group gives it, without training."""
-    metrics = {"acc": 0.5, "nmi": 0.6, "pur": 0.7, "ari": 0.4, "nmi_max": 0.6}
+    metrics = {"acc": 0.5, "nmi": 0.6, "pur": 0.7, "ari": 0.4, "nmi_max": 0.65}  # all differ
     recs = [{"seed": s, "n_samples": 216, "timings": {"post_s": 0.1},
              "metrics": None if s in failed else {k: v + s / 100 for k, v in metrics.items()},
              "error": "ArpackError: no convergence" if s in failed else None} for s in seeds]
@@ -1186,9 +1186,37 @@ def test_table_cell_leaves_a_failed_seed_out_of_the_scores_and_stays_current():
     args = SimpleNamespace(max_epochs=None, jobs=1, threads_per_job=None)
     cell = table.make_cell(res, ae, s, [0, 1, 2], args)
     assert cell["seeds"] == [0, 2] and cell["acc"] == [0.5, 0.52] and cell["nmi"] == [0.6, 0.62]
+    # Each column holds its own metric (the NMI column is a published figure, not nmi_max).
+    for key, want in (("nmi_max", [0.65, 0.67]), ("pur", [0.7, 0.72]), ("ari", [0.4, 0.42])):
+        assert cell[key] == pytest.approx(want, abs=1e-12), key
     assert cell["failed_seeds"] == {"1": "ArpackError: no convergence"}
     assert cell["seeds_requested"] == [0, 1, 2] and len(cell["post_s"]) == 3
     assert table.cell_is_current(cell, s, [0, 1, 2], ae)
+
+
+def test_a_sweep_record_holds_the_papers_nmi_beside_scikit_learns(monkeypatch):
+    """nmi_max is NMI normalised by the larger entropy (the paper's), not the arithmetic mean
+    (nmi) nor another: labels whose two entropies differ tell them apart."""
+    from types import SimpleNamespace
+
+    from mesc_tf import pipeline
+    from mesc_tf.metrics import nmi
+
+    y = np.repeat([1, 2, 3], 4)
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
+    monkeypatch.setattr(pipeline, "cluster", lambda *a, **k: (labels, {}))
+    s = method_settings("toy", "our").replace(epochs=2)
+    trial = sweep.Trial(s, 0)
+    trained = SimpleNamespace(snaps=SimpleNamespace(coefs={2: np.eye(12)}, seconds={}),
+                              steps_run=2, train_s=0.0, cache_use=None)
+    group = SimpleNamespace(steps=[2], trials=[trial], tag="our")
+    ds = SimpleNamespace(x=np.zeros((12, 1)), y=y, n_clusters=3, file_hashes=None)
+    ae = SimpleNamespace(describe=lambda: "ae", ident="ae")
+    rec = sweep._scored_trial(trial, group, trained, ds, "toy", ae, None, None)
+    assert rec["metrics"]["nmi_max"] == pytest.approx(nmi(y, labels, "max"), abs=1e-12)
+    others = {m: nmi(y, labels, m) for m in ("arithmetic", "geometric", "min")}
+    assert min(abs(rec["metrics"]["nmi_max"] - v) for v in others.values()) > 0.01, others
+    assert rec["metrics"]["nmi"] == pytest.approx(others["arithmetic"], abs=1e-12)
 
 
 def test_table_cell_is_recomputed_when_its_settings_or_seeds_change():
