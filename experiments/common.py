@@ -674,6 +674,8 @@ class Results:
         if isinstance(rec.get("spec"), dict) and "data_files" not in rec["spec"]:
             want = _without_data_files(want)  # a record from before the data files were recorded
         if rec.get("spec") != want:
+            if self.args.redo:  # a continued --redo given other options: recompute it
+                return None
             raise MescError(f"{path} holds a finished run made with other options "
                             f"({_diff(rec.get('spec'), want)}); choose another --out, or "
                             "pass --redo to recompute it")

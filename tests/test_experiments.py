@@ -800,6 +800,16 @@ def test_an_interrupted_redo_goes_on_with_the_same_command(fake_train, tmp_path,
     fake_train.calls.clear()
     ablation.main([*argv, "--redo"])
     assert len(fake_train.calls) == 2
+    # Continued with other options: the run it kept was made with others, so it is recomputed
+    # (not refused with "pass --redo").
+    fake_train.calls.clear()
+    fake_train.interrupt = lambda calls: len(calls) == 2
+    with pytest.raises(KeyboardInterrupt):
+        ablation.main([*argv, "--redo"])
+    fake_train.interrupt = lambda calls: False
+    fake_train.calls.clear()
+    ablation.main([*argv, "--redo", "--epochs", "7"])
+    assert len(fake_train.calls) == 2 and not marker.exists()
 
 
 @pytest.mark.parametrize("script, png", [("toy_affinity", "toy_affinity.png"),
