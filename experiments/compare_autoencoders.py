@@ -19,6 +19,7 @@ the dataset's post-clustering. Equal LSR scores with unequal fine-tuned scores p
 fine-tuning dynamics rather than at what the encoder learnt.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -92,8 +93,10 @@ def closed_form_coef(z, rel_lambda):
     return coef.astype(np.float32)
 
 
-def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
-    """Per auto-encoder: relative reconstruction error, mean |Z| and the LSR clustering scores."""
+def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds, done=None, save=None):
+    """Per auto-encoder: relative reconstruction error, mean |Z| and the LSR clustering scores.
+    ``done``: what an interrupted call had finished (its ``save``d dict), not computed again;
+    ``save(out)`` is called after each λ's clusterings (MNIST's take minutes each)."""
     import numpy as np
 
     from mesc_tf import data, pipeline
@@ -105,20 +108,36 @@ def autoencoder_diagnostics(dataset, data_dir, tf1_prefix, seeds):
     d = data.load_dataset(dataset, data_dir)
     cfg = get_config(dataset)
     s = cfg.mesc  # the post-clustering settings of the "our" row
-    out = {}
+    out = dict(done or {})
     for name, ae in (("ours", load_autoencoder(sources.pretrained_path(dataset), cfg.arch)[0]),
                      ("original", load_tf1_checkpoint(tf1_prefix, cfg.arch))):
+        if len(out.get(name, {}).get("lsr", {}).get("acc", ())) == len(LSR_LAMBDAS):
+            continue
         z = latent_codes(ae, d.x)
-        lsr = {"rel_lambda": list(LSR_LAMBDAS), "seeds": list(seeds), "acc": [], "nmi": []}
-        for lam in LSR_LAMBDAS:
+        row = out[name] = out.get(name) or {
+            "relative_error": relative_error(ae, d.x), "mean_abs_code": float(np.abs(z).mean()),
+            "lsr": {"rel_lambda": list(LSR_LAMBDAS), "seeds": list(seeds), "acc": [], "nmi": []}}
+        lsr = row["lsr"]
+        for lam in LSR_LAMBDAS[len(lsr["acc"]):]:
             coef = closed_form_coef(z, lam)
             scores = [evaluate(d.y, pipeline.cluster(coef, d.n_clusters, s, seed=seed)[0])
                       for seed in seeds]
             lsr["acc"].append([m["acc"] for m in scores])
             lsr["nmi"].append([m["nmi"] for m in scores])
-        out[name] = {"relative_error": relative_error(ae, d.x),
-                     "mean_abs_code": float(np.abs(z).mean()), "lsr": lsr}
+            if save is not None:
+                save(out)
     return out
+
+
+def _read_partial(path, key):
+    """The diagnostics a stopped run saved at ``path``, if made for ``key`` (else None)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # none, or cut off (cannot happen with atomic writes): compute them
+    if isinstance(saved, dict) and saved.get("diagnostics_key") == key:
+        return saved.get("done")
+    return None
 
 
 def diagnostics_key(dataset, tf1_prefix, seeds, data_files=None):
@@ -221,6 +240,9 @@ def main(argv=None):
     cont = common.Continuation(args.out, args.force)
     if cont.resumed:
         print(cont.describe("table(s) and row(s)"))
+    elif cont.active:  # a fresh --force: no diagnostics kept from before
+        for partial in args.out.glob(".diagnostics-*.json"):
+            partial.unlink()
 
     def run_table(name, extra=()):
         force = ["--force"] if not cont.keeps(name) else []
@@ -241,10 +263,15 @@ def main(argv=None):
         key = diagnostics_key(d, tf1_prefix, args.seeds,
                               data.load_dataset(d, data_dir).file_hashes)
         kept = table.load_table(json_path).get(d, {})
+        partial = args.out / f".diagnostics-{d}.json"  # what a stopped run had finished
         if kept.get("diagnostics_key") == key and cont.keeps(d):  # same files, seeds, settings
             errors, diag = kept["relative_error"], kept["codes"]
         else:
-            diag = autoencoder_diagnostics(d, data_dir, tf1_prefix, args.seeds)
+            done = _read_partial(partial, key)
+            diag = autoencoder_diagnostics(
+                d, data_dir, tf1_prefix, args.seeds, done,
+                save=lambda out, path=partial, key=key: files.write_json(
+                    path, {"diagnostics_key": key, "done": out}))
             errors = {k: v.pop("relative_error") for k, v in diag.items()}
         # Each dataset's row is kept as soon as it exists, merged into the file as it is now
         # under a lock (as table.py does): datasets, and methods compared by earlier runs or by
@@ -260,14 +287,16 @@ def main(argv=None):
                           "versions": provenance.versions()}
             files.write_json(json_path, summary)
             atomic_write_text(args.out / "autoencoders.md", render_md(summary))
+        partial.unlink(missing_ok=True)
         cont.note(d)
     cont.done()
     print(f"{args.out / 'autoencoders.md'}")
     return summary
 
 
-# Rows reach autoencoders.json only after both tables ran; the tables' finished cells are kept.
-KEPT = "finished cells are kept under --out (ours/, original/)"
+# Rows reach autoencoders.json only after both tables ran; the tables' finished cells are kept,
+# and so are a dataset's diagnostics finished so far (.diagnostics-<dataset>.json).
+KEPT = "finished cells and diagnostics are kept under --out"
 
 if __name__ == "__main__":
     common.run_main(main, kept=KEPT)

@@ -353,6 +353,7 @@ def test_compare_autoencoders_smoke(data_env, tf1_ckpts, tmp_path, monkeypatch, 
     lsr_acc = {k: dict(zip(c["lsr"]["rel_lambda"], c["lsr"]["acc"])) for k, c in codes.items()}
     assert lsr_acc["ours"][0.1] == lsr_acc["original"][0.1] == [1.0]  # 3 objects, well apart
     assert "## The codes before fine-tuning" in md and "| toy | " in md.split("## The codes")[1]
+    assert not list(out.glob(".diagnostics-*")) and not list(out.glob(".recomputing*"))
     # A rerun with the same auto-encoders, seeds and settings keeps the diagnostics; other
     # seeds (or --force) compute them again.
     def recomputed(*args, **kwargs):
@@ -1198,7 +1199,7 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
 
     diagnosed, stop = [], ["coil20"]
 
-    def fake_diagnostics(dataset, data_dir, tf1_prefix, seeds):
+    def fake_diagnostics(dataset, data_dir, tf1_prefix, seeds, done=None, save=None):
         diagnosed.append(dataset)
         if dataset in stop:
             raise RuntimeError("stopped in coil20's diagnostics")
@@ -1256,7 +1257,7 @@ def test_compare_autoencoders_redoes_diagnostics_on_other_data(tf1_ckpts, shared
     monkeypatch.setattr(table, "main", lambda argv: {"toy": {"our": {
         "acc": [0.5], "nmi": [0.5], "seeds": [0], "max_epochs": 2, "data_files": files}}})
     computed = []
-    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", lambda *a: (
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", lambda *a, **k: (
         computed.append(a) or {k: {"relative_error": 0.01, "mean_abs_code": 1.0, "lsr": {}}
                                for k in ("ours", "original")}))
     monkeypatch.setattr(compare_autoencoders, "render_md", lambda summary: "")
@@ -1295,7 +1296,7 @@ def test_compare_autoencoders_keeps_the_rows_a_run_beside_it_wrote(tf1_ckpts, sh
         return {"toy": {"our": {"acc": [0.5], "nmi": [0.5], "seeds": [0], "max_epochs": 2}}}
 
     monkeypatch.setattr(table, "main", fake_table)
-    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", lambda *a: {
+    monkeypatch.setattr(compare_autoencoders, "autoencoder_diagnostics", lambda *a, **_: {
         k: {"relative_error": 0.01, "mean_abs_code": 1.0, "lsr": {}} for k in ("ours", "original")})
     monkeypatch.setattr(compare_autoencoders, "render_md", lambda summary: "")
     summary = compare_autoencoders.main([
@@ -1828,8 +1829,49 @@ def test_an_interrupted_compare_autoencoders_says_to_rerun_the_same_command(caps
     with pytest.raises(SystemExit) as e:
         run_main(interrupted, [], kept=compare_autoencoders.KEPT)
     assert e.value.code == 130 and capsys.readouterr().err == (
-        "error: interrupted; finished cells are kept under --out (ours/, original/): rerun the "
+        "error: interrupted; finished cells and diagnostics are kept under --out: rerun the "
         "same command to continue\n")
+
+
+def test_diagnostics_stopped_part_way_go_on_from_the_last_lambda(monkeypatch, tmp_path):
+    """MNIST's diagnostics are 30 clusterings of about a minute: a stop keeps each λ's, and the
+    next call computes only the rest (the result equal to one uninterrupted call's)."""
+    from types import SimpleNamespace
+
+    from experiments import compare_autoencoders as ca
+    from mesc_tf import data, measures, pipeline, weights
+
+    y = np.repeat([1, 2], 3)
+    clustered = []
+
+    def cluster(coef, k, s, seed):
+        clustered.append(seed)
+        if len(clustered) == stop_at[0]:
+            raise KeyboardInterrupt
+        return y - 1, {}
+
+    stop_at = [None]
+    monkeypatch.setattr(data, "load_dataset", lambda *a: SimpleNamespace(x=np.ones((6, 1)), y=y,
+                                                                         n_clusters=2))
+    monkeypatch.setattr(weights, "load_autoencoder", lambda *a: (None, {}))
+    monkeypatch.setattr(weights, "load_tf1_checkpoint", lambda *a: None)
+    monkeypatch.setattr(ca.sources, "pretrained_path", lambda d: "x.h5")
+    monkeypatch.setattr(measures, "latent_codes", lambda ae, x: np.arange(12.0).reshape(6, 2))
+    monkeypatch.setattr(measures, "relative_error", lambda ae, x: 0.1)
+    monkeypatch.setattr(pipeline, "cluster", cluster)
+    whole = ca.autoencoder_diagnostics("toy", None, None, [0, 1])
+    assert len(clustered) == 12  # 2 auto-encoders × 3 λ × 2 seeds
+    saved = []
+    clustered.clear()
+    stop_at[0] = 10  # in the original's third λ
+    with pytest.raises(KeyboardInterrupt):
+        ca.autoencoder_diagnostics("toy", None, None, [0, 1],
+                                   save=lambda out: saved.append(json.loads(json.dumps(out))))
+    assert len(saved) == 4 and len(saved[-1]["original"]["lsr"]["acc"]) == 1
+    clustered.clear()
+    stop_at[0] = None
+    assert ca.autoencoder_diagnostics("toy", None, None, [0, 1], saved[-1]) == whole
+    assert len(clustered) == 4
 
 
 NO_AE = ["--datasets", "toy", "--no-pretrain"]
