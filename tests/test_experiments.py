@@ -831,6 +831,19 @@ def test_figures_are_drawn_once_every_dataset_has_run(script, png, fake_train, t
     assert not list(out.glob("*.png")) and not (out / png).exists()
 
 
+def test_figure_scripts_cluster_with_each_seed(data_env, monkeypatch):
+    """The per-seed scores of the figure scripts are each seed's clustering, not seed 0's."""
+    from experiments import common
+    from mesc_tf import pipeline
+
+    seeds = []
+    monkeypatch.setattr(pipeline, "cluster", lambda coef, k, s, seed, info: (
+        seeds.append(seed) or (np.arange(len(coef)) % k, {})))
+    d = common.Data("toy", np.zeros((6, 2, 2, 1)), np.repeat([1, 2], 3), 2, None, None)
+    out = common.cluster_seeds(np.eye(6), d, common.preset("toy", "our"), [0, 3])
+    assert seeds == [0, 3] and [r["seed"] for r in out] == [0, 3]
+
+
 def test_ablation_rows_and_paper_columns():
     """The paper's row flags (odd rows pretrained, 1-4 ME, 1, 2, 5, 6 decoupled), the
     Frobenius rows with MESC-Net's settings, and the COIL100 paper columns."""

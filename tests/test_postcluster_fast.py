@@ -426,6 +426,29 @@ def test_next_eigenvalue_tied_with_the_kth_is_flagged_and_strict_gives_the_refer
                                   pc.cluster(*args, method="reference"))
 
 
+def test_the_row_norms_alone_can_flag_a_spectral_step(monkeypatch):
+    """A C (the test below's kind, another draw) that only the row-norm check flags: without it
+    the fast route would call the step well-posed, and its labels differ from the reference's,
+    which strict then returns."""
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(178)
+    n = 40
+    C = 0.01 * rng.random((n, n))
+    C[rng.permutation(n), np.arange(n)] = 1 + rng.random(n)
+    args = (C, 2, 0.03, 1, 1.0, "mesc")
+    info = {}
+    pc.cluster(*args, info=info)
+    assert info["ill_posed"] and info["embedding_norm_ratio"] < pc_fast.EMBEDDING_NORM_MIN
+    np.testing.assert_array_equal(pc.cluster(*args, method="strict"),
+                                  pc.cluster(*args, method="reference"))
+    monkeypatch.setattr(pc_fast, "EMBEDDING_NORM_MIN", 0.0)
+    info = {}
+    pc.cluster(*args, info=info)
+    assert not info["ill_posed"], info  # no other check flags this C
+    assert adjusted_rand_score(pc.cluster(*args), pc.cluster(*args, method="reference")) < 0.9
+
+
 def test_samples_outside_the_rank_r_subspace_are_flagged_and_strict_gives_the_reference():
     """One large entry per column over small noise: after thrC a few samples are (nearly)
     orthogonal to the rank-r subspace, their rows of U·√σ are rounding noise, and step 5 makes

@@ -430,6 +430,16 @@ def test_memory_estimate_covers_a_measured_peak():
     from mesc_tf import memory
 
     assert memory.memory_estimate(1440, get_config("coil20").arch) >= 1110 * 2**20
+    # MNIST-10k end to end peaked at 3.36-3.89 GiB in session 20 (memory_estimate's docstring).
+    assert memory.memory_estimate(10000, get_config("mnist").arch) >= 3.89 * 2**30
+
+
+def test_a_sweep_training_counts_every_snapshot_of_c_but_one():
+    from mesc_tf import memory, sweep
+
+    arch, n = get_config("orl").arch, 400
+    assert sweep.training_memory(n, arch, 1) == memory.memory_estimate(n, arch)
+    assert sweep.training_memory(n, arch, 3) - sweep.training_memory(n, arch, 1) == 8 * n * n
 
 
 def test_jit_with_the_nuclear_norm_is_refused():

@@ -1194,9 +1194,11 @@ def test_table_cell_leaves_a_failed_seed_out_of_the_scores_and_stays_current():
     assert table.cell_is_current(cell, s, [0, 1, 2], ae)
 
 
-def test_a_sweep_record_holds_the_papers_nmi_beside_scikit_learns(monkeypatch):
-    """nmi_max is NMI normalised by the larger entropy (the paper's), not the arithmetic mean
-    (nmi) nor another: labels whose two entropies differ tell them apart."""
+def test_a_sweep_record_is_its_own_trials_and_holds_the_papers_nmi(monkeypatch):
+    """A trial clusters its own step count's C with its own seed (every table cell's seeds go
+    through here), and records its own steps and time. nmi_max is NMI normalised by the larger
+    entropy (the paper's), not the arithmetic mean (nmi) nor another: labels whose two entropies
+    differ tell them apart."""
     from types import SimpleNamespace
 
     from mesc_tf import pipeline
@@ -1204,19 +1206,84 @@ def test_a_sweep_record_holds_the_papers_nmi_beside_scikit_learns(monkeypatch):
 
     y = np.repeat([1, 2, 3], 4)
     labels = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
-    monkeypatch.setattr(pipeline, "cluster", lambda *a, **k: (labels, {}))
+    clustered = []
+    monkeypatch.setattr(pipeline, "cluster", lambda coef, k, s, seed, info: (
+        clustered.append((coef, seed)) or (labels, {})))
     s = method_settings("toy", "our").replace(epochs=2)
-    trial = sweep.Trial(s, 0)
-    trained = SimpleNamespace(snaps=SimpleNamespace(coefs={2: np.eye(12)}, seconds={}),
-                              steps_run=2, train_s=0.0, cache_use=None)
-    group = SimpleNamespace(steps=[2], trials=[trial], tag="our")
+    trial = sweep.Trial(s, 5)
+    coefs = {2: np.eye(12), 4: np.ones((12, 12))}  # one training's snapshots at steps 2 and 4
+    trained = SimpleNamespace(snaps=SimpleNamespace(coefs=coefs, seconds={2: 0.3, 4: 0.9}),
+                              steps_run=4, train_s=1.0, cache_use=None)
+    group = SimpleNamespace(steps=[2, 4], trials=[trial], tag="our")
     ds = SimpleNamespace(x=np.zeros((12, 1)), y=y, n_clusters=3, file_hashes=None)
     ae = SimpleNamespace(describe=lambda: "ae", ident="ae")
     rec = sweep._scored_trial(trial, group, trained, ds, "toy", ae, None, None)
+    # The trial's own snapshot and seed, and its own step count and training time.
+    ((coef, seed),) = clustered
+    assert coef is coefs[2] and seed == 5
+    assert rec["seed"] == 5 and rec["timings"]["steps"] == 2
+    assert rec["timings"]["train_s"] == 0.3 and rec["timings"]["train_run_s"] == 1.0
     assert rec["metrics"]["nmi_max"] == pytest.approx(nmi(y, labels, "max"), abs=1e-12)
     others = {m: nmi(y, labels, m) for m in ("arithmetic", "geometric", "min")}
     assert min(abs(rec["metrics"]["nmi_max"] - v) for v in others.values()) > 0.01, others
     assert rec["metrics"]["nmi"] == pytest.approx(others["arithmetic"], abs=1e-12)
+
+
+def test_a_record_whose_settings_are_spelt_as_ints_counts_as_done():
+    """A results file may hold reg1 1 for 1.0 (a hand-written or older line): resuming counts
+    its trial as done instead of running it again."""
+    ae = sources.AutoencoderSpec("weights", "x.h5", "0" * 64)
+    s = method_settings("toy", "our").replace(reg1=1.0, epochs=2)
+    rec = {"dataset": "toy", "autoencoder_id": ae.ident, "seed": 0,
+           "settings": {**sweep.normalized(s), "reg1": 1}}
+    assert isinstance(rec["settings"]["reg1"], int)
+    groups, skipped = sweep.plan([s], [0], ae, "toy", sweep.done_keys([rec]))
+    assert skipped == 1 and groups == []
+
+
+def test_a_group_seeds_the_runtime_with_its_init_seed_before_building_the_autoencoder(
+        monkeypatch):
+    """--no-pretrain sweeps: seed S's group starts from seed S's he_normal draw (the C run.py
+    --no-pretrain --seed S trains), not seed 0's."""
+    from types import SimpleNamespace
+
+    from mesc_tf import pipeline, training
+
+    calls = []
+    monkeypatch.setattr(training, "configure_runtime", lambda seed: calls.append(seed))
+    ae = SimpleNamespace(ident="none", load=lambda arch: calls.append("load"))
+    model = SimpleNamespace(optimizer=SimpleNamespace(iterations=SimpleNamespace(
+        numpy=lambda: 2)))
+    monkeypatch.setattr(pipeline, "fine_tune", lambda *a, **k: (calls.append("train") or model,
+                                                                 {}, 0.1))
+    s = method_settings("toy", "our").replace(epochs=2)
+    group = sweep.Group(s, (sweep.Trial(s, 3),), init_seed=3)
+    ds = SimpleNamespace(x=np.zeros((6, 32, 32, 1), np.float32), file_hashes=None)
+    sweep._trained_coefs(group, ds, "toy", ae, None, 0, None, 0.0)
+    assert calls == [3, "load", "train"]
+
+
+def test_the_papers_values_are_reference_facts_tables(shared_dir):
+    """main_table.md's "paper" columns and its ✓/✗ marks: every value of the paper's ACC and
+    NMI tables (reference-facts §5.1, §5.2), each under its own dataset."""
+    table = _script("table")
+    text = (shared_dir / "docs" / "reference-facts.md").read_text()
+    names = {"DSC-Net-L1": "dsc_l1", "DSC-Net-L2": "dsc_l2", "Our w/o Net": "our_wo_net",
+             "Our": "our"}
+    seen = 0
+    for metric, section in (("acc", "### 5.1"), ("nmi", "### 5.2")):
+        rows = text[text.index(section):].split("\n\n")[0].splitlines()
+        header = [c.strip().lower() for c in rows[1].strip("|").split("|")][1:]
+        assert tuple(header) == table.PAPER_DATASETS
+        for row in rows[3:]:
+            cells = [c.strip().replace("*", "") for c in row.strip("|").split("|")]
+            method = names.get(re.sub(r" \(.*\)$", "", cells[0]))
+            if method is None:
+                continue
+            for d, value in zip(header, cells[1:]):
+                assert table.PAPER_REPORTED[d][method][metric] == float(value), (d, method)
+                seen += 1
+    assert seen == 56
 
 
 def test_table_cell_is_recomputed_when_its_settings_or_seeds_change():

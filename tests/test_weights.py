@@ -605,3 +605,23 @@ def test_metadata_may_hold_any_numpy_scalar(tmp_path):
     path = save_autoencoder(ae, tmp_path / "ae.h5", {"converged": np.bool_(True),
                                                      "error": np.float32(0.5)})
     assert load_autoencoder(path)[1]["converged"] is True
+
+
+def test_a_tf1_checkpoints_identity_covers_its_weights_not_only_its_index(synthetic_tf1,
+                                                                          tmp_path):
+    """Resuming, sweep records, table cells and the C cache tell auto-encoders apart by this
+    hash: one byte of other weights in the .data file is another auto-encoder."""
+    import shutil
+
+    from mesc_tf import sources
+
+    src = synthetic_tf1["orl"]
+    for f in src.parent.glob(f"{src.name}.*"):
+        shutil.copy(f, tmp_path / f.name)
+    prefix = tmp_path / src.name
+    before = sources.resolve_autoencoder("orl", tf1_checkpoint=str(prefix)).ident
+    (data_file,) = tmp_path.glob(f"{src.name}.data-*")
+    raw = bytearray(data_file.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    data_file.write_bytes(bytes(raw))
+    assert sources.resolve_autoencoder("orl", tf1_checkpoint=str(prefix)).ident != before
