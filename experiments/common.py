@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import json
 import os
 import sys
@@ -576,23 +577,31 @@ def _without_data_files(spec):
 
 class Continuation:
     """How an interrupted --force / --redo run goes on: the same command again keeps what it
-    had recomputed. ``path`` lists the work the run has finished (and when it began), rewritten
-    after each piece; a rerun with the option finds it and recomputes only the rest; the run
-    that completes removes it. Delete the file to recompute everything again."""
+    had recomputed. ``path`` (one per request, so that runs of other requests on the same
+    folder, side by side or later, neither continue nor end it) lists the work the run has
+    finished, rewritten after each piece; a rerun of the same request with the option, at the
+    same commit, recomputes only the rest; the run that completes removes it. Delete the file
+    to recompute everything again."""
 
-    NAME = ".recomputing.json"
+    PREFIX = ".recomputing-"
 
-    def __init__(self, folder, active: bool):
-        self.path = Path(folder) / self.NAME
+    def __init__(self, folder, active: bool, request: dict):
+        digest = hashlib.sha256(json.dumps(_norm(request), sort_keys=True).encode()).hexdigest()
+        self.path = Path(folder) / f"{self.PREFIX}{digest[:12]}.json"
         self.active = active
         self.began = time.strftime("%Y-%m-%d %H:%M:%S")
         self.finished: list[str] = []
         self.resumed = False
+        # The code's commit (its tree is dirty whenever a table is being rewritten): work of
+        # another commit is recomputed.
+        self.commit = provenance.code_revision().removesuffix("-dirty") if active else None
         if active and self.path.is_file():
             try:
                 state = json.loads(self.path.read_text())
-                self.began, self.finished = str(state["began"]), list(map(str, state["finished"]))
-                self.resumed = True
+                if state["commit"] == self.commit:
+                    self.began = str(state["began"])
+                    self.finished = list(map(str, state["finished"]))
+                    self.resumed = True
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # unreadable (not ours): recompute everything
         self._kept = set(self.finished)
@@ -606,7 +615,8 @@ class Continuation:
         """After each piece of work recorded: add it to the file."""
         if self.active:
             self.finished.append(key)
-            files.write_json(self.path, {"began": self.began, "finished": self.finished})
+            files.write_json(self.path, {"began": self.began, "commit": self.commit,
+                                         "finished": self.finished})
 
     def done(self):
         """The run completed: a rerun with the option recomputes everything again."""
@@ -640,6 +650,11 @@ class Results:
                                 "pass --force to rebuild it from the finished runs in "
                                 f"{self.runs}, or choose another --out") from None
             old = old.get("request") if isinstance(old, dict) else None  # else: not ours
+            if isinstance(old, dict):  # made before request_of left other datasets' paths out
+                with contextlib.suppress(MescError, TypeError, AttributeError):
+                    old = {**{k: v for k, v in old.items()
+                              if k not in ("weights", "tf1_checkpoint")},
+                           **_used_sources(old, old.get("datasets") or [])}
             if old != self.request:
                 raise MescError(
                     f"{self.summary_path} was made for another request "
@@ -648,7 +663,7 @@ class Results:
         self.reused = 0
         self.computed = 0
         self.data_files = {}  # {dataset: its runs' data files (None: recorded before them)}
-        self.continuation = Continuation(self.runs, bool(args.redo))
+        self.continuation = Continuation(self.runs, bool(args.redo), self.request)
         if self.continuation.resumed:
             print(self.continuation.describe("run(s)"))
 
@@ -785,17 +800,25 @@ def _differences(old, new, prefix=""):
     return out
 
 
+def _used_sources(options: dict, datasets) -> dict:
+    """The --weights and --tf1-checkpoint entries of ``options`` that reach ``datasets`` (a
+    bare path reaches all), under their keys; none where none does."""
+    out = {}
+    for k, option in (("weights", "--weights"), ("tf1_checkpoint", "--tf1-checkpoint")):
+        used = [v for v in options.get(k) or []
+                if {None, *datasets} & set(per_dataset([v], option))]
+        if used:
+            out[k] = used
+    return out
+
+
 def request_of(args, **extra) -> dict:
     """The options that shape the outputs (for the summary's guard). An auto-encoder path for a
     dataset the run does not make (the Makefile's ORL checkpoint for `make toy`) is left out:
     the bare command makes the same summary."""
     req = {k: getattr(args, k, None) for k in
            ("datasets", "seeds", "epochs", "classes", "per_class", "methods", "set")}
-    for k, option in (("weights", "--weights"), ("tf1_checkpoint", "--tf1-checkpoint")):
-        used = [v for v in getattr(args, k, None) or []
-                if {None, *args.datasets} & set(per_dataset([v], option))]
-        if used:
-            req[k] = used
+    req.update(_used_sources(vars(args), args.datasets))
     if getattr(args, "no_pretrain", None):
         req["no_pretrain"] = True
     req.update(extra)

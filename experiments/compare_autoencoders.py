@@ -237,7 +237,9 @@ def main(argv=None):
               *(["--max-epochs", str(args.max_epochs)] if args.max_epochs is not None else [])]
     # An interrupted --force goes on with the same command: a table it finished, and a row it
     # wrote, are not recomputed again (each table keeps its own finished cells too).
-    cont = common.Continuation(args.out, args.force)
+    cont = common.Continuation(args.out, args.force, {
+        "datasets": args.datasets, "methods": args.methods, "seeds": args.seeds,
+        "max_epochs": args.max_epochs, "tf1_dir": str(args.tf1_dir)})
     if cont.resumed:
         print(cont.describe("table(s) and row(s)"))
     elif cont.active:  # a fresh --force: no diagnostics kept from before

@@ -19,7 +19,7 @@ Resumable: a finished cell whose settings, seeds (in any order), auto-encoder an
 (by SHA-256; a cell from before they were recorded has none) are unchanged is kept when the
 command is rerun (pass --force to recompute it; --retry-failed recomputes only the cells with a
 failed seed, such as one stopped by a full memory). An interrupted --force run goes on with the
-same command: the cells it finished are kept (--out's .recomputing.json lists them).
+same command: the cells it finished are kept (--out's .recomputing-*.json lists them).
 --max-epochs N caps every method's fine-tuning steps for SMOKE TESTS only; the cells whose
 steps it lowered are flagged in both files.
 """
@@ -355,7 +355,9 @@ def main(argv=None):
     json_path = args.out / "main_table.json"
     table = load_cells(json_path)  # before any training
     data_dir = data.find_data_dir(args.data_dir)
-    cont = common.Continuation(args.out, args.force)  # an interrupted --force goes on
+    cont = common.Continuation(args.out, args.force, {  # an interrupted --force goes on
+        k: getattr(args, k) for k in ("datasets", "methods", "seeds", "max_epochs", "weights",
+                                      "tf1_checkpoint")})
     todo, kept, skipped = _plan(args, table, data_dir, cont)
     if not todo and not kept:  # nothing to run, and nothing to record: leave the table be
         raise MescError(f"no dataset could be run, all {len(skipped)} skipped (the first: "

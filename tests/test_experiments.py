@@ -783,34 +783,41 @@ def test_an_interrupted_redo_goes_on_with_the_same_command(fake_train, tmp_path,
     out = tmp_path / "abl"
     argv = [*SMOKE, "--datasets", "toy", "--rows", "2", "8", "--seeds", "0", "--out", str(out)]
     ablation.main(argv)
-    marker = out / "runs" / ".recomputing.json"
-    assert len(fake_train.calls) == 2 and not marker.exists()
+    def marker():  # the one file of a continued recomputation, if any
+        found = list((out / "runs").glob(".recomputing-*.json"))
+        return found[0] if found else out / "none"
+
+    assert len(fake_train.calls) == 2 and not marker().exists()
     fake_train.calls.clear()
     fake_train.interrupt = lambda calls: len(calls) == 2  # row 8, after row 2 was recorded
     with pytest.raises(KeyboardInterrupt):
         ablation.main([*argv, "--redo"])
-    assert [c[2] for c in fake_train.calls] == ["decoupled", "coupled"] and marker.exists()
+    assert [c[2] for c in fake_train.calls] == ["decoupled", "coupled"] and marker().exists()
     fake_train.calls.clear()
     fake_train.interrupt = lambda calls: False
     capsys.readouterr()
     ablation.main([*argv, "--redo"])
     printed = capsys.readouterr().out
-    assert [c[2] for c in fake_train.calls] == ["coupled"] and not marker.exists()
+    assert [c[2] for c in fake_train.calls] == ["coupled"] and not marker().exists()
     assert "what it finished is kept (1 run(s); delete" in printed
     assert "1 run(s) computed, 1 reused" in printed
     fake_train.calls.clear()
     ablation.main([*argv, "--redo"])
     assert len(fake_train.calls) == 2
-    # Continued with other options: the run it kept was made with others, so it is recomputed
-    # (not refused with "pass --redo").
+    # After a stop, --redo with other options is another request: it does not continue the
+    # stopped one, recomputes every run (not refused with "pass --redo" for the runs made with
+    # the others), and leaves the stopped one's file for its own command.
     fake_train.calls.clear()
     fake_train.interrupt = lambda calls: len(calls) == 2
     with pytest.raises(KeyboardInterrupt):
         ablation.main([*argv, "--redo"])
+    stopped = marker()
     fake_train.interrupt = lambda calls: False
     fake_train.calls.clear()
+    capsys.readouterr()
     ablation.main([*argv, "--redo", "--epochs", "7"])
-    assert len(fake_train.calls) == 2 and not marker.exists()
+    assert len(fake_train.calls) == 2 and "continuing" not in capsys.readouterr().out
+    assert stopped.exists()
 
 
 @pytest.mark.parametrize("script, png", [("toy_affinity", "toy_affinity.png"),
@@ -1244,7 +1251,7 @@ def test_compare_autoencoders_passes_its_options_to_both_tables(tf1_ckpts, share
             "--tf1-dir", str(tf1_dir), "--data-dir", str(shared_data), "--out", str(out)]
     compare_autoencoders.main(argv)
     assert len(calls) == 2 and not [a for a in calls if "--force" in a]
-    assert diagnosed == ["coil20"] and not (out / ".recomputing.json").exists()
+    assert diagnosed == ["coil20"] and not list(out.glob(".recomputing-*"))
     calls.clear()
     diagnosed.clear()
     compare_autoencoders.main(argv)  # completed: --force recomputes everything again
@@ -1454,8 +1461,15 @@ def test_summary_guard_covers_every_option_that_shapes_it(tmp_path):
         other, req = request(*argv, rows=rows)
         with pytest.raises(MescError, match="another request"):
             common.Results(other, req)
-    # A path for a dataset the run does not make shapes nothing (`make toy` passes ORL's).
+    # A path for a dataset the run does not make shapes nothing (`make toy` passes ORL's) ...
     common.Results(*request("--tf1-checkpoint", "COIL20=x", "--weights", "eyaleb=w.h5"))
+    # ... also in a summary written before it was left out (the committed ablation's).
+    args, req = request("--tf1-checkpoint", "orl=x")
+    (tmp_path / "ablation.json").write_text(json.dumps({"request": common._norm(
+        {**req, "tf1_checkpoint": ["orl=x", "eyaleb=y"]})}))
+    common.Results(args, req)
+    with pytest.raises(MescError, match="another request"):
+        common.Results(*request("--tf1-checkpoint", "orl=z"))
     assert request("--tf1-checkpoint", "orl=x", "--tf1-checkpoint", "coil20=y")[1][
         "tf1_checkpoint"] == ["orl=x"]
 

@@ -803,7 +803,7 @@ def test_table_retry_failed_plans_only_the_cells_with_failed_seeds(synthetic_dat
             f"toy={toy_weights}", "--out", str(tmp_path)]
     for extra, planned in (([], []), (["--retry-failed"], ["our"])):
         args = table.parse_args([*argv, *extra])
-        cont = table.common.Continuation(tmp_path, args.force)
+        cont = table.common.Continuation(tmp_path, args.force, {})
         todo, kept, _ = table._plan(args, {"toy": cells}, None, cont)
         assert [m for _, m, *_ in todo] == planned and kept == 2 - len(planned)
 
@@ -812,7 +812,11 @@ def test_an_interrupted_table_force_goes_on_with_the_same_command(synthetic_data
                                                                    tmp_path, capsys, monkeypatch):
     """Ctrl-C during `table.py --force` says "rerun the same command": that rerun keeps the
     cells the forced run finished and recomputes only the others (it recomputed all of them);
-    once it completes, --force recomputes every cell again."""
+    once it completes, --force recomputes every cell again. Another request on the folder (other
+    methods, side by side or in between) neither continues nor ends it, nor does another commit
+    of the code continue it."""
+    from mesc_tf import provenance
+
     monkeypatch.setenv("MESC_DATA_DIR", str(synthetic_data))
     mod = _script("table")
     ran, stop_after = [], [None]
@@ -826,27 +830,46 @@ def test_an_interrupted_table_force_goes_on_with_the_same_command(synthetic_data
 
     monkeypatch.setattr(mod, "_run", run)
     out = tmp_path / "t"
-    argv = ["--datasets", "toy", "--methods", "our,dsc_l1,dsc_l2", "--seeds", "0", "--weights",
-            f"toy={toy_weights}", "--out", str(out)]
+    base = ["--datasets", "toy", "--seeds", "0", "--weights", f"toy={toy_weights}", "--out",
+            str(out)]
+    argv = [*base, "--methods", "our,dsc_l1,dsc_l2"]
+
+    def markers():
+        return sorted(out.glob(".recomputing-*.json"))
+
     mod.main(argv)
-    marker = out / ".recomputing.json"
-    assert ran == ["our", "dsc_l1", "dsc_l2"] and not marker.exists()
+    assert ran == ["our", "dsc_l1", "dsc_l2"] and not markers()
     ran.clear()
     stop_after[0] = 1
     with pytest.raises(KeyboardInterrupt):
         mod.main([*argv, "--force"])
-    assert ran == ["our"] and marker.exists()
+    (marker,) = markers()
+    assert ran == ["our"]
     ran.clear()
     stop_after[0] = None
     capsys.readouterr()
+    mod.main([*base, "--methods", "our", "--force"])  # another request: all its cells again
+    assert ran == ["our"] and "continuing" not in capsys.readouterr().out
+    assert markers() == [marker]
+    ran.clear()
     mod.main([*argv, "--force"])
     printed = capsys.readouterr().out
     assert ran == ["dsc_l1", "dsc_l2"] and "2 cells to run, 1 kept" in printed
     assert f"what it finished is kept (1 cell(s); delete {marker} to recompute" in printed
-    assert not marker.exists()
+    assert not markers()
     ran.clear()
     mod.main([*argv, "--force"])
     assert ran == ["our", "dsc_l1", "dsc_l2"]
+    # Interrupted at one commit, rerun at another: every cell again.
+    ran.clear()
+    stop_after[0] = 1
+    with pytest.raises(KeyboardInterrupt):
+        mod.main([*argv, "--force"])
+    monkeypatch.setattr(provenance, "code_revision", lambda: "0123456789ab")
+    ran.clear()
+    stop_after[0] = None
+    mod.main([*argv, "--force"])
+    assert ran == ["our", "dsc_l1", "dsc_l2"] and not markers()
 
 
 def test_table_refuses_force_with_retry_failed(capsys):
