@@ -426,17 +426,21 @@ def test_next_eigenvalue_tied_with_the_kth_is_flagged_and_strict_gives_the_refer
                                   pc.cluster(*args, method="reference"))
 
 
+def _one_large_entry_per_column(seed, n=40):
+    """(C, K, thr, d, power, variant): one large entry per column over small noise."""
+    rng = np.random.default_rng(seed)
+    C = 0.01 * rng.random((n, n))
+    C[rng.permutation(n), np.arange(n)] = 1 + rng.random(n)
+    return C, 2, 0.03, 1, 1.0, "mesc"
+
+
 def test_the_row_norms_alone_can_flag_a_spectral_step(monkeypatch):
     """A C (the test below's kind, another draw) that only the row-norm check flags: without it
     the fast route would call the step well-posed, and its labels differ from the reference's,
     which strict then returns."""
     from sklearn.metrics import adjusted_rand_score
 
-    rng = np.random.default_rng(178)
-    n = 40
-    C = 0.01 * rng.random((n, n))
-    C[rng.permutation(n), np.arange(n)] = 1 + rng.random(n)
-    args = (C, 2, 0.03, 1, 1.0, "mesc")
+    args = _one_large_entry_per_column(178)
     info = {}
     pc.cluster(*args, info=info)
     assert info["ill_posed"] and info["embedding_norm_ratio"] < pc_fast.EMBEDDING_NORM_MIN
@@ -454,11 +458,7 @@ def test_samples_outside_the_rank_r_subspace_are_flagged_and_strict_gives_the_re
     orthogonal to the rank-r subspace, their rows of U·√σ are rounding noise, and step 5 makes
     them unit rows in arbitrary directions, on either route. No gap shows it; the row norms
     do, and method="strict" then returns the reference's labels."""
-    rng = np.random.default_rng(5)
-    n = 40
-    C = 0.01 * rng.random((n, n))
-    C[rng.permutation(n), np.arange(n)] = 1 + rng.random(n)
-    args = (C, 2, 0.03, 1, 1.0, "mesc")
+    args = _one_large_entry_per_column(5)
     info = {}
     pc.cluster(*args, info=info)
     assert info["embedding_norm_ratio"] < 1e-12 and info["ill_posed"]
