@@ -79,6 +79,10 @@ def test_data_dir_precedence(tmp_path, monkeypatch):
     assert find_data_dir() == tmp_path / "env"
     assert find_data_dir(tmp_path / "arg") == tmp_path / "arg"
     assert find_data_dir("rel") == tmp_path / "rel"
+    # An empty MESC_DATA_DIR (`MESC_DATA_DIR= make ...`) is unset, not the current folder.
+    monkeypatch.setenv("MESC_DATA_DIR", "")
+    assert find_data_dir() == tmp_path / "data"
+    assert "default data/" in expect_error("not found", load_dataset, "coil20")
 
 
 def test_load_uses_env_then_argument(tmp_path, monkeypatch):

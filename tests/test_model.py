@@ -990,7 +990,20 @@ def test_frozen_parts_stay_frozen_through_save_load_and_clone(tmp_path):
     for a, b in zip(model.autoencoder.weights, loaded.autoencoder.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
-    assert not ConvAutoEncoder(TINY, trainable=False).build_for_input().trainable_variables
+    # trainable=False freezes each layer (Keras lists no trainable variable of a frozen model
+    # whatever its layers say, so the layers and a MESCNet around it are what show it).
+    frozen = ConvAutoEncoder(TINY, trainable=False)
+    assert not [layer.name for layer in frozen.named_layers if layer.trainable]
+    assert frozen.get_config()["frozen_layers"] == [layer.name for layer in frozen.named_layers]
+    assert [v.name for v in MESCNet(frozen, 6, get_config("toy").mesc).trainable_variables] == [
+        "coef"]
+    # Layers frozen one by one come back frozen, every one of them.
+    ae = ConvAutoEncoder(get_config("orl").arch)
+    for layer in ae.encoder_layers:
+        layer.trainable = False
+    for again in (ConvAutoEncoder.from_config(ae.get_config()), keras.models.clone_model(ae)):
+        assert [layer.name for layer in again.named_layers if not layer.trainable] == [
+            "enc_0", "enc_1", "enc_2"]
     net = MESCNet(ConvAutoEncoder(TINY), 6, get_config("toy").mesc)
     net.self_expression.trainable = False
     net.autoencoder.encoder_layers[0].trainable = False  # the encoder alone, as HISTORY did

@@ -533,6 +533,15 @@ def test_a_file_where_a_folder_goes_says_what_to_do(tmp_path, capsys):
                                        "stands where a folder is needed: move it, or choose "
                                        "another output path)\n")
 
+    def below():  # a file where a folder of the path is: NotADirectoryError
+        (tmp_path / "checkpoint" / "x.json").write_text("")
+
+    with pytest.raises(SystemExit) as e:
+        cli.main_guard(below)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert "(a file stands where a folder is needed: move it, or choose" in err, err
+
 
 def test_main_guard_cleanup(tmp_path, capsys):
     """A failed run's own directory goes, unless it holds a checkpoint to --resume from; a bug

@@ -64,9 +64,13 @@ def test_h5_round_trip(saved):
     assert [p.name for p in path.parent.iterdir()] == ["ae.h5"]  # no temporary file left
 
 
-def test_h5_other_architecture(saved):
+@pytest.mark.parametrize("other", [
+    Architecture(image_shape=(32, 32), kernels=(3,), channels=(15,)),
+    Architecture(image_shape=(64, 64), kernels=ARCH.kernels, channels=ARCH.channels),
+    Architecture(image_shape=ARCH.image_shape, kernels=ARCH.kernels, channels=(3, 3, 6))],
+    ids=["layers", "image shape", "channels"])
+def test_h5_other_architecture(saved, other):
     _, path = saved
-    other = Architecture(image_shape=(32, 32), kernels=(3,), channels=(15,))
     msg = expect_error("holds an auto-encoder for", load_autoencoder, path, other)
     assert str(other.to_dict()) in msg and str(ARCH.to_dict()) in msg
 
@@ -149,6 +153,11 @@ def test_h5_damaged_contents_are_refused(saved):
     expect_error("format version 99, but this mesc-tf reads version 1", load_autoencoder, path)
     with h5py.File(path, "a") as f:
         f.attrs["version"] = 1
+        f["enc_0"]["extra"] = np.zeros(1)
+    expect_error("'enc_0' is not a layer holding just a kernel and a bias", load_autoencoder,
+                 path)
+    with h5py.File(path, "a") as f:
+        del f["enc_0"]["extra"]
         f.create_group("junk")
     expect_error("'junk' is not a layer", load_autoencoder, path)
 
