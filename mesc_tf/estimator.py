@@ -487,7 +487,6 @@ def _as_array(X, where):
     except (ValueError, TypeError) as e:
         raise MescError(f"{where} is not an array of images ({one_line(e)}); pass a numeric "
                         "array of shape (n, height, width)") from None
-    if array.ndim == 0:  # a generator, say: validate_images would see an ndarray
-        raise MescError(f"{where}: got one {type(X).__name__}, not an array of images; pass "
-                        "them as an array (n, height, width), e.g. np.stack(list(...))")
+    if array.ndim == 0:  # a generator, say: named by validate_images, given X itself
+        validate_images(X, where=where)
     return array
